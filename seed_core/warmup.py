@@ -29,7 +29,7 @@ from .envs.alfworld import EnvPool, EnvState
 from .prompts import parse_response, step_prompt
 from .records import write_json
 
-EVAL_GAMES = 6
+EVAL_GAMES = 2
 """Warm-up games whose steps are held out for the eval loss (not trained on); a WarmupConfig field candidate."""
 REPLAY_CHUNK = 32
 """Games replayed per environment pool; a pool keeps every game it loaded, so chunks bound the memory."""
@@ -220,7 +220,6 @@ def run_warmup(params: Params, manifest_path: Path, base_model_dir: Path, out_di
         lora_alpha=cfg.lora_alpha,
         max_seq_len=cfg.max_seq_len,
         seed=cfg.seed,
-        log=lambda m: tqdm.write(str(m)),
     )
     metrics = {
         "warmup/enabled": True,
