@@ -32,7 +32,9 @@ test: setup
 	$(BIN)/python -m pytest -q -ra
 
 bench: setup
+	$(BIN)/dvc repro prepare warmup
 	$(BIN)/python bench/rollout_throughput.py
+	$(BIN)/python bench/rl_update.py
 
 clean:
 	rm -rf $(VENV) .alfworld

@@ -23,9 +23,10 @@ if str(REPO) not in sys.path:
 from seed_core.config import ConfigError, load_params  # noqa: E402
 from seed_core.data import DataError  # noqa: E402
 from seed_core.models import ModelError  # noqa: E402
+from seed_core.records import StorageError  # noqa: E402
 from seed_core.runtime import setup  # noqa: E402
 
-USER_ERRORS = (ConfigError, DataError, ModelError)
+USER_ERRORS = (ConfigError, DataError, ModelError, StorageError)
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -42,8 +43,11 @@ def load(params_path: str):
 
 
 def main(run, args) -> None:
-    """Run a flow; a user error (bad params, missing data or model) exits 2 with its message, no traceback."""
+    """Run a flow; a user error (bad params, missing data or model, disk full) exits 2 with its message, no
+    traceback. The params file is validated first, so a bad one is refused before Prefect starts anything."""
     try:
+        if "params" in vars(args):
+            load_params(args.params)
         run(**vars(args))
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)

@@ -8,7 +8,7 @@ from _common import load, main, parser, publish, record_stage
 from prefect import flow, get_run_logger
 
 from seed_core.data import data_root
-from seed_core.prepare import run_prepare
+from seed_core.prepare import check_model_source, run_prepare
 from seed_core.tracking import track_stage
 
 
@@ -24,8 +24,14 @@ def prepare(params: str = "params.yaml", model_dir: str = "models/base", manifes
     return counts
 
 
+def run(**kw) -> None:
+    # Refused before the flow starts: a model path that does not exist is a user error, not a crash.
+    check_model_source(load(kw["params"]).model.name_or_path)
+    prepare(**kw)
+
+
 if __name__ == "__main__":
     ap = parser(__doc__)
     ap.add_argument("--model-dir", default="models/base")
     ap.add_argument("--manifest-dir", default="data/manifests")
-    main(prepare, ap.parse_args())
+    main(run, ap.parse_args())

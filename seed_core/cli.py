@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 from .config import ConfigError, load_params, to_dict
 from .data import DataError, data_root, install, read_manifest
 from .models import ModelError
+from .records import StorageError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -158,6 +160,26 @@ def cmd_report(args: argparse.Namespace) -> None:
         _fail(e)
 
 
+def cmd_doctor(args: argparse.Namespace) -> None:
+    """Run the fault-injection suite (tests marked `fault`) and print its figures."""
+    import tempfile
+
+    tests = REPO / "tests"
+    if not (tests / "faultsuite.py").exists():
+        _fail(f"no test suite in {tests}: `seed doctor` runs from a source checkout (git clone, then `make test` once)")
+    marker = "fault" if args.full else "fault and not slow"
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "faults.json"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marker, str(tests), *args.pytest_args]
+        rc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "SEED_FAULT_REPORT": str(report)}).returncode
+        if not report.exists():
+            _fail(f"the fault suite reported nothing (pytest exit code {rc}); is pytest installed (`pip install -e .[dev]`)?")
+        figures = json.loads(report.read_text())
+    print(json.dumps({k: figures[k] for k in ("faults_injected", "faults_survived", "outputs_lost", "secrets_leaked")}))
+    ok = rc == 0 and figures["faults_injected"] == figures["faults_survived"] and not figures["outputs_lost"] and not figures["secrets_leaked"]
+    sys.exit(0 if ok else 1)
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="seed",
@@ -277,6 +299,19 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--results", default="results", help="results folder (default: results/)")
     sw.add_argument("--repo", default=".", help="the DVC repository (default: the current directory)")
     sw.set_defaults(func=cmd_sweep)
+
+    dr = sub.add_parser(
+        "doctor",
+        help="inject every fault of the reliability suite for real and print the figures",
+        description="Runs the tests marked `fault` (pytest, from this source checkout): kill -9 of `dvc repro` in each "
+        "stage, teacher endpoint faults, bad parameters, bad data, bad model output, NaN updates, a full or read-only "
+        "disk, and a scan of every file a run writes for a planted API key. Prints one JSON line: faults injected, "
+        "survived, outputs lost (must be 0), secrets leaked (must be 0); exit code 1 unless all survived. Without "
+        "--full the slow pipeline-level faults (the kill -9 chain) are left out.",
+    )
+    dr.add_argument("--full", action="store_true", help="include the slow faults (several `dvc repro` runs; minutes)")
+    dr.add_argument("pytest_args", nargs="*", help="extra pytest arguments, after --, e.g. -- -x")
+    dr.set_defaults(func=cmd_doctor)
     return ap
 
 
@@ -284,7 +319,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (ConfigError, DataError, ModelError) as e:
+    except (ConfigError, DataError, ModelError, StorageError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
 

@@ -60,14 +60,20 @@ def load(paths: Iterable[Path]) -> list[dict]:
     for path in paths:
         m = re.fullmatch(r"epoch_(\d+)", path.parent.name)
         run = path.parent.parent.name if m else path.parent.name
-        with open(path, encoding="utf-8") as f:
-            for i, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
+        with open(path, "rb") as f:
+            for i, raw in enumerate(f, 1):
                 try:
+                    line = raw.decode("utf-8")
+                    if not line.strip():
+                        continue
                     entry = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise CorpusError(f"{path}:{i} is not valid JSON ({e})") from e
+                    if not isinstance(entry, dict):
+                        raise ValueError(f"a JSON {type(entry).__name__}, not an object")
+                except ValueError as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+                    raise CorpusError(
+                        f"{path}:{i} is not valid JSON ({e}); the file is damaged: delete its epoch folder and re-run "
+                        "the rl stage (`dvc repro rl`), which trains that epoch again"
+                    ) from e
                 out.append({**entry, "run": run, "epoch": int(m.group(1)) if m else None, "file": str(path)})
     return out
 

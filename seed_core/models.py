@@ -86,18 +86,40 @@ def pick_dtype(name: str, device: str = "cpu") -> torch.dtype:
     return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
 
 
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+"""Weight files that unpickle on load; never loaded."""
+
+
+def looks_local(path: str | Path) -> bool:
+    """Whether `path` names a local folder rather than an HF id (absolute, ./ ../ models/, or existing)."""
+    return Path(path).is_absolute() or str(path).startswith((".", "models/")) or Path(path).exists()
+
+
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
     """(model, tokenizer) from an HF folder or id; a missing folder is a ModelError saying what to run."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     p = Path(path)
-    looks_local = p.is_absolute() or str(path).startswith((".", "models/")) or p.exists()
-    if looks_local and not (p / "config.json").exists():
+    if looks_local(path) and not (p / "config.json").exists():
         raise ModelError(f"no model at {p} (config.json missing); run the stage that writes it (`dvc repro`)")
+    if p.is_dir() and not any(p.glob("*.safetensors")):
+        pickles = sorted(f.name for ext in PICKLE_SUFFIXES for f in p.glob(f"*{ext}"))
+        raise ModelError(
+            f"no safetensors weights in {p}" + (f" (only pickle files: {', '.join(pickles)})" if pickles else "")
+            + "; checkpoints are loaded from safetensors only, since unpickling can run code. Convert it once, "
+            "in a setting you trust: load it with transformers and `save_pretrained(folder, safe_serialization=True)`"
+        )
     try:
         tok = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True).to(device)
-    except OSError as e:
+    except Exception as e:
+        if not isinstance(e, OSError) and type(e).__name__ != "SafetensorError":
+            raise
+        if p.is_dir():
+            raise ModelError(
+                f"model {p} is unreadable ({type(e).__name__}: {e}); its files are damaged or incomplete: delete "
+                "the folder and re-run the stage that writes it (`dvc repro`)"
+            ) from e
         raise ModelError(
             f"cannot load model {path!r} ({e}); give model.name_or_path a local folder, or set "
             "HF_HUB_OFFLINE=0 with network access to fetch an HF id"

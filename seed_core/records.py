@@ -6,6 +6,7 @@ to a temporary file and renames it, so a killed stage never leaves a half-writte
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import os
 import tempfile
@@ -77,19 +78,61 @@ class Skill:
 R = TypeVar("R", Trajectory, Skill)
 
 
+class StorageError(OSError):
+    """An output that could not be written (disk full, read-only or unwritable folder); the message names the
+    path, the cause and the fix. The previous file, if any, is left as it was. `errno` is the cause's."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def storage_error(path: str | os.PathLike, e: BaseException) -> StorageError:
+    """A StorageError for a failed write of `path`, from the OSError (or an error whose text carries one)."""
+    code = getattr(e, "errno", None)
+    text = str(e)
+    if code is None:  # e.g. safetensors' SafetensorError("... No space left on device (os error 28)")
+        code = next((c for c in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES)
+                     if f"(os error {c})" in text), None)
+    folder = Path(path).parent
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        why = f"the disk is full (no space left on the filesystem of {folder}); free space there and re-run the stage"
+    elif code == errno.EFBIG:
+        why = "the file size limit of this process is reached (as good as a full disk); raise `ulimit -f` and re-run the stage"
+    elif code == errno.EROFS:
+        why = f"{folder} is on a read-only filesystem; make it writable (or write the outputs elsewhere) and re-run the stage"
+    elif code in (errno.EACCES, errno.EPERM):
+        why = f"permission denied in {folder}; make it writable for this user and re-run the stage"
+    else:
+        why = f"{text}; fix the cause and re-run the stage"
+    return StorageError(code, f"cannot write {path}: {why} (anything written there before is unchanged)")
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` via a temp file in the same folder and an atomic rename."""
+    """Write `text` to `path` via a temp file in the same folder and an atomic rename.
+
+    A failure (disk full, read-only folder) leaves the previous file as it was and no temp file behind, and is
+    raised as a StorageError that names the path and the cause."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = None
+    created = [d for d in (path.parent, *path.parent.parents) if not d.exists()]  # folders made here, innermost first
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as e:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        for d in created:
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        if isinstance(e, OSError) and not isinstance(e, StorageError):
+            raise storage_error(path, e) from e
         raise
 
 
@@ -107,15 +150,28 @@ def write_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> None:
 
 
 def read_jsonl(path: str | os.PathLike, cls: type[R]) -> Iterator[R]:
-    """Read records written by `write_jsonl`; a corrupt line is an error naming the file and line."""
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
+    """Read records written by `write_jsonl`; a corrupt line (or bytes that are not UTF-8) is an error naming
+    the file and line."""
+
+    def corrupt(i: int, e: Exception) -> ValueError:
+        return ValueError(
+            f"{path}:{i} is not a valid {cls.__name__} record ({type(e).__name__}: {e}); "
+            "delete the file and re-run the stage that writes it (`dvc repro`)."
+        )
+
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise corrupt(i, e) from e
             if not line.strip():
                 continue
             try:
-                yield cls.from_dict(json.loads(line))
-            except (json.JSONDecodeError, TypeError) as e:
-                raise ValueError(
-                    f"{path}:{i} is not a valid {cls.__name__} record ({e}); "
-                    "delete the file and re-run the stage that writes it (`dvc repro`)."
-                ) from e
+                d = json.loads(line)
+                if not isinstance(d, dict):
+                    raise TypeError(f"a JSON {type(d).__name__}, not an object")
+                record = cls.from_dict(d)
+            except (ValueError, TypeError, AttributeError, KeyError) as e:  # JSONDecodeError is a ValueError
+                raise corrupt(i, e) from e
+            yield record

@@ -42,7 +42,7 @@ from .envs.alfworld import EnvPool
 from .evaluate import summarize
 from .models import ModelError, load_model, pick_dtype
 from .policy.hf import HFPolicy, micro_batches
-from .records import Skill, Trajectory, write_json, write_jsonl
+from .records import Skill, StorageError, Trajectory, storage_error, write_json, write_jsonl
 from .rescore import StepTokens, score_steps, step_tokens
 from .rollout import play
 from .runtime import seed_everything
@@ -373,15 +373,15 @@ def completed_epochs(run_dir: Path) -> list[Path]:
 
 
 def save_epoch(trainer: Trainer, run_dir: Path, epoch: int, corpus: list[dict], updates: list[dict], validation: dict) -> Path:
-    """Write one epoch's checkpoint, skill corpus and metrics into a temp folder, then rename it into place."""
+    """Write one epoch's checkpoint, skill corpus and metrics into a temp folder, then rename it into place.
+
+    A failure (non-finite weights, disk full, read-only folder) leaves no temp folder and every earlier epoch
+    as it was."""
     final = run_dir / f"epoch_{epoch:03d}"
     tmp = run_dir / f".epoch_{epoch:03d}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
     weights = {k: v.detach().cpu().contiguous() for k, v in trainer.model.named_parameters() if v.requires_grad}
     if not all(torch.isfinite(v).all() for v in weights.values()):
         raise NonFiniteError("refusing to checkpoint non-finite weights")
-    save_file(weights, tmp / "trainable.safetensors")
     opt_state, opt_meta = {}, {}
     for i, st in trainer.opt.state_dict()["state"].items():
         for k, v in st.items():
@@ -389,34 +389,66 @@ def save_epoch(trainer: Trainer, run_dir: Path, epoch: int, corpus: list[dict], 
                 opt_state[f"{i}.{k}"] = v.contiguous()
             else:
                 opt_meta[f"{i}.{k}"] = float(v)
-    save_file(opt_state, tmp / "optimizer.safetensors")
-    write_jsonl(tmp / "skills.jsonl", corpus)
-    write_json(tmp / "metrics.json", {"updates": updates, "validation": validation})
-    write_json(tmp / "state.json", {"epoch": epoch, "optimizer_scalars": opt_meta, "nonfinite_in_row": trainer.nonfinite_in_row})
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(parents=True)
+        for name, tensors in (("trainable.safetensors", weights), ("optimizer.safetensors", opt_state)):
+            try:
+                save_file(tensors, tmp / name)
+            except Exception as e:  # SafetensorError carries the OS error only in its text
+                if not isinstance(e, OSError) and type(e).__name__ != "SafetensorError":
+                    raise
+                raise storage_error(final / name, e) from e
+        write_jsonl(tmp / "skills.jsonl", corpus)
+        write_json(tmp / "metrics.json", {"updates": updates, "validation": validation})
+        write_json(tmp / "state.json", {"epoch": epoch, "optimizer_scalars": opt_meta, "nonfinite_in_row": trainer.nonfinite_in_row})
+        shutil.rmtree(final, ignore_errors=True)
+        tmp.rename(final)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, StorageError):
+            raise
+        raise storage_error(final, e) from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return final
 
 
 def load_epoch(trainer: Trainer, epoch_dir: Path) -> None:
-    weights = load_file(epoch_dir / "trainable.safetensors")
-    params = dict(trainer.model.named_parameters())
+    """Restore weights, optimizer state and counters from an epoch folder; an unreadable or incomplete one is a
+    ModelError saying to delete it, so a run never resumes from wrong weights."""
+    try:
+        weights = load_file(epoch_dir / "trainable.safetensors")
+        params = dict(trainer.model.named_parameters())
+        missing = sorted({k for k, p in params.items() if p.requires_grad} - set(weights))
+        unexpected = sorted(set(weights) - set(params))
+        if missing or unexpected:
+            raise KeyError(f"its tensors do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
+        state = json.loads((epoch_dir / "state.json").read_text())
+        tensors = load_file(epoch_dir / "optimizer.safetensors")
+        sd = trainer.opt.state_dict()
+        new_state: dict[int, dict] = {}
+        for key, v in tensors.items():
+            i, k = key.split(".", 1)
+            new_state.setdefault(int(i), {})[k] = v
+        for key, v in state["optimizer_scalars"].items():
+            i, k = key.split(".", 1)
+            new_state.setdefault(int(i), {})[k] = torch.tensor(v)
+        nonfinite = int(state["nonfinite_in_row"])
+    except Exception as e:  # SafetensorError, OSError, JSONDecodeError, KeyError, ...
+        n = int(epoch_dir.name[-3:]) if epoch_dir.name[-3:].isdigit() else 0
+        resume = f"resumes after epoch_{n - 1:03d}" if n > 1 else "starts again from the initial model"
+        raise ModelError(
+            f"checkpoint {epoch_dir} is unreadable ({type(e).__name__}: {e}); delete {epoch_dir} and re-run the rl "
+            f"stage (`dvc repro rl`): it {resume} and trains that epoch again"
+        ) from e
     with torch.no_grad():
         for k, v in weights.items():
             params[k].copy_(v)
-    state = json.loads((epoch_dir / "state.json").read_text())
-    tensors = load_file(epoch_dir / "optimizer.safetensors")
-    sd = trainer.opt.state_dict()
-    new_state: dict[int, dict] = {}
-    for key, v in tensors.items():
-        i, k = key.split(".", 1)
-        new_state.setdefault(int(i), {})[k] = v
-    for key, v in state["optimizer_scalars"].items():
-        i, k = key.split(".", 1)
-        new_state.setdefault(int(i), {})[k] = torch.tensor(v)
     sd["state"] = new_state
     trainer.opt.load_state_dict(sd)
-    trainer.nonfinite_in_row = state["nonfinite_in_row"]
+    trainer.nonfinite_in_row = nonfinite
 
 
 def training_dtype(params: Params) -> torch.dtype:

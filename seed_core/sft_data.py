@@ -180,7 +180,11 @@ def write_dataset(rows: dict[str, list[dict[str, str]]], path: Path) -> None:
     from datasets import Dataset, DatasetDict, Features, Value
 
     features = Features({c: Value("string") for c in COLUMNS})
-    DatasetDict({k: Dataset.from_list(rows[k], features=features) for k in SPLITS}).save_to_disk(str(path))
+    # Column-wise, so a split left without examples (every teacher answer for its games dropped) is an empty
+    # split with the right columns rather than an error (`from_list([])` cannot see the columns).
+    DatasetDict({
+        k: Dataset.from_dict({c: [r[c] for r in rows[k]] for c in COLUMNS}, features=features) for k in SPLITS
+    }).save_to_disk(str(path))
 
 
 def load_examples(sft_dir: str | Path) -> dict[str, list[dict[str, str]]]:

@@ -2,10 +2,16 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
 import tempfile
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+
+pytest_plugins = ["faultsuite"]
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -53,3 +59,37 @@ def tiny_model_dir(base_model_dir, tmp_path_factory) -> Path:
     policy.model.save_pretrained(out, safe_serialization=True)
     policy.tok.save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def prefect_server(tmp_path_factory):
+    """A real Prefect server on a free port of 127.0.0.1 with its own PREFECT_HOME; yields its API URL."""
+    from repo_copy import BIN, stop
+
+    home = tmp_path_factory.mktemp("prefect-server")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, PREFECT_HOME=str(home / "home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
+               PREFECT_UI_ENABLED="false")
+    env.pop("PREFECT_API_URL", None)
+    log = home / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.time() + 180
+        while True:
+            assert proc.poll() is None, f"prefect server exited:\n{log.read_text()[-3000:]}"
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert time.time() < deadline, f"prefect server not healthy after 180 s:\n{log.read_text()[-3000:]}"
+            time.sleep(1)
+        yield url
+    finally:
+        stop(proc)

@@ -9,6 +9,7 @@ def test_default_params_file_loads():
     assert p.env.history_length >= 0
 
 
+@pytest.mark.fault("params")
 @pytest.mark.parametrize(
     "raw, message",
     [
@@ -29,6 +30,7 @@ def test_bad_params_are_refused_naming_the_key(raw, message):
     assert message in str(e.value)
 
 
+@pytest.mark.fault("params")
 def test_missing_params_file(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_params(tmp_path / "nope.yaml")

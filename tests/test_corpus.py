@@ -112,6 +112,7 @@ def test_cli_list_and_diff(runs, capsys):
     assert "  +0.4000 ×1  pick_heat_then_place_in_recep success (seed-grpo-s0-aaa epoch 2): Go to cabinet 1 first." in text
 
 
+@pytest.mark.fault("data")  # a corrupt corpus line (besides usage errors)
 def test_cli_errors(runs, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["skills", "runs/rl/nope"])

@@ -33,6 +33,7 @@ def test_stratified_subset_is_deterministic_balanced_and_nested(alfworld_root):
         stratified_subset(games, 141, seed=0)
 
 
+@pytest.mark.fault("data", n=3)  # game changed, game missing, manifest missing
 def test_manifest_hash_mismatch_is_refused(alfworld_root, tmp_path):
     root = tmp_path / "alf"
     gid = list_games(alfworld_root, "valid_seen")[0]
@@ -53,6 +54,7 @@ def test_manifest_hash_mismatch_is_refused(alfworld_root, tmp_path):
         read_manifest(tmp_path / "absent.json", root)
 
 
+@pytest.mark.fault("data", n=2)  # no data, incomplete data
 def test_missing_and_incomplete_data_say_both_fixes(tmp_path):
     with pytest.raises(DataError) as e:
         verify(tmp_path)
@@ -63,6 +65,7 @@ def test_missing_and_incomplete_data_say_both_fixes(tmp_path):
         verify(tmp_path)
 
 
+@pytest.mark.fault("data")
 def test_truncated_archive_is_refused_and_leaves_nothing(tmp_path):
     bad = tmp_path / "bad.tgz"
     bad.write_bytes(b"\x1f\x8b\x08\x00garbage")

@@ -166,6 +166,7 @@ def test_missing_api_key_is_refused_before_any_rollout(alfworld_root, tiny_model
     assert not out.exists() and not metrics.exists()
 
 
+@pytest.mark.fault("teacher")
 def test_flow_refuses_missing_api_key_before_starting(alfworld_root, tmp_path):
     """The stage's command line exits 2 with the variable's name and no traceback, before the flow starts."""
     params = tmp_path / "params.yaml"
@@ -240,6 +241,7 @@ def skill_api(monkeypatch):
     server.server_close()
 
 
+@pytest.mark.fault("teacher")
 def test_openai_teacher_over_http_then_cached_rerun(alfworld_root, tiny_model_dir, train_manifest, tmp_path, skill_api):
     params = small_params(alfworld_root, tmp_path, kind="openai", model="glm-test", api_key_env=KEY_ENV,
                           base_url=skill_api.base_url, max_retries=2, timeout_s=10.0, concurrency=2)

@@ -117,6 +117,7 @@ def test_sweep_runs_collects_and_names_the_failed_run(tmp_path):
     assert json.loads((root / "results/sweep.json").read_text())[0]["rev"] == summary["grpo-s0"]["rev"]
 
 
+@pytest.mark.fault("params", n=2)  # unknown method, outputs git-ignored
 def test_sweep_refuses_bad_input_before_queueing(tmp_path):
     root = project(tmp_path / "proj")
     (root / "bad.yaml").write_text(yaml.safe_dump({"seeds": 1, "methods": {"ppo": {"rl.method": "ppo"}}}))

@@ -97,6 +97,7 @@ def _teacher(api, cache_dir, **kw) -> OpenAITeacher:
     return OpenAITeacher(api.base_url, "glm-test", KEY_ENV, **{**args, **kw})
 
 
+@pytest.mark.fault("teacher", n=5)  # timeout, 429, 500, body not JSON, no choices
 def test_faults_are_retried_counted_and_cached(api, tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
     prompts = ["p-clean", "p-all-faults", "p-500", "p-nochoices", "p-unicode café 技能"]
@@ -133,6 +134,7 @@ def test_faults_are_retried_counted_and_cached(api, tmp_path, caplog):
     assert (again.stats.calls, again.stats.cache_hits, again.stats.requests, again.stats.prompt_tokens) == (5, 5, 0, 0)
 
 
+@pytest.mark.fault("teacher")
 def test_exhausted_retries_give_none_and_nothing_is_cached(api, tmp_path):
     api.faults = {"p": ["500"] * 10}
     teacher = _teacher(api, tmp_path / "cache", max_retries=2)
@@ -146,6 +148,7 @@ def test_exhausted_retries_give_none_and_nothing_is_cached(api, tmp_path):
     assert teacher.complete_batch(["p"])[0].text == "answer to p"
 
 
+@pytest.mark.fault("teacher")
 def test_client_errors_other_than_429_are_not_retried(api, tmp_path):
     api.faults = {"p": ["400"]}
     teacher = _teacher(api, tmp_path / "cache")
@@ -153,6 +156,7 @@ def test_client_errors_other_than_429_are_not_retried(api, tmp_path):
     assert api.count("p") == 1 and teacher.stats.errors == {"http_400": 1} and teacher.stats.retries == 0
 
 
+@pytest.mark.fault("teacher")
 def test_connection_errors_are_retried(api, tmp_path):
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
         s.bind(("127.0.0.1", 0))
@@ -173,6 +177,7 @@ def test_cache_key_covers_model_and_decoding_settings(api, tmp_path):
     assert {json.loads(f.read_text())["max_tokens"] for f in (tmp_path / "cache").iterdir()} == {4096, 100}
 
 
+@pytest.mark.fault("teacher", n=2)  # key unset, key empty
 def test_missing_key_is_refused_at_construction(api, tmp_path, monkeypatch):
     monkeypatch.delenv(KEY_ENV)
     with pytest.raises(MissingAPIKeyError, match=rf"environment variable {KEY_ENV} is not set \(or empty\); export it"):

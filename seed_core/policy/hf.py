@@ -12,6 +12,8 @@ chunks (each chunk under activation checkpointing when gradients are on).
 """
 from __future__ import annotations
 
+import functools
+
 from typing import Sequence
 
 import torch
@@ -90,13 +92,31 @@ class HFPolicy:
         self.device = next(model.parameters()).device
 
     def encode_full(self, prompt: str) -> list[int]:
-        """Chat-template token ids of one user message, ending with the assistant header, untruncated."""
+        """Chat-template token ids of one user message, ending with the assistant header, untruncated.
+
+        The message is data: text in it that spells a special token (`<|im_end|>`, `<|im_start|>system`, as a
+        model or a teacher may write into a response or a skill) is encoded as ordinary text, so it can never
+        end the user turn or open a new one. Prompts without such text are encoded exactly as before."""
+        if any(t in prompt for t in self._special_strings):
+            marker = "\ue000SEED-MESSAGE\ue000"
+            text = self.tok.apply_chat_template([{"role": "user", "content": marker}], add_generation_prompt=True, tokenize=False)
+            if text.count(marker) == 1:
+                head, _, tail = text.partition(marker)
+                return self._ids(head) + self._ids(prompt, split_special_tokens=True) + self._ids(tail)
         ids = self.tok.apply_chat_template(
             [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True, return_dict=False
         )
-        if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+        if isinstance(ids, dict):
             ids = ids["input_ids"]
         return list(ids)
+
+    def _ids(self, text: str, split_special_tokens: bool = False) -> list[int]:
+        return list(self.tok(text, add_special_tokens=False, split_special_tokens=split_special_tokens)["input_ids"])
+
+    @functools.cached_property
+    def _special_strings(self) -> frozenset[str]:
+        added = getattr(self.tok, "added_tokens_decoder", {}) or {}
+        return frozenset(self.tok.all_special_tokens) | {t.content for t in added.values() if t.special}
 
     def encode_prompt(self, prompt: str) -> list[int]:
         """`encode_full`, keeping the last `max_prompt_tokens` tokens."""
