@@ -60,8 +60,8 @@ def run_deployment(url: str, name: str, parameters: dict, timeout: float, log: P
     return flow_run
 
 
-def flow_run_states(url: str) -> dict[str, list[str]]:
-    """flow name -> final state types of its runs on the server."""
+def flow_run_states(url: str, since: float) -> dict[str, list[str]]:
+    """flow name -> final state types of its runs on the server created after `since` (other tests share it)."""
     from prefect.client.orchestration import get_client
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
@@ -69,6 +69,8 @@ def flow_run_states(url: str) -> dict[str, list[str]]:
         names = {f.id: f.name for f in client.read_flows()}
         out: dict[str, list[str]] = {}
         for r in client.read_flow_runs():
+            if r.created.timestamp() < since:
+                continue
             out.setdefault(names[r.flow_id], []).append(r.state.type.value)
         return out
 
@@ -79,13 +81,14 @@ def test_pipeline_deployment_end_to_end(tmp_path, alfworld_root, prefect_server)
     env = make_env(ALFWORLD_DATA=str(alfworld_root))
     copy_repo(work, merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY), env)
 
+    started = time.time()
     with serving(work, prefect_server, env) as log:
         flow_run = run_deployment(prefect_server, "seed-pipeline/pipeline", {}, timeout=3600, log=log)
         out = log.read_text()
     assert flow_run.state.type.value == "COMPLETED", f"{flow_run.state}\n{out[-8000:]}"
     for stage in STAGES:
         assert f"Running stage '{stage}'" in out
-    states = flow_run_states(prefect_server)
+    states = flow_run_states(prefect_server, since=started)
     for stage in STAGES:  # each stage ran as its own flow, reported to the same server
         assert states.get(stage) == ["COMPLETED"], (stage, states)
 

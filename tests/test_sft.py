@@ -9,21 +9,14 @@ import torch
 
 from seed_core.sft import IGNORE, completion_mask, make_trainer, prepare, train_sft
 
-BASE = Path(__file__).resolve().parent.parent / "models" / "base"
-
-pytestmark = pytest.mark.skipif(
-    not (BASE / "tokenizer.json").exists(),
-    reason=f"needs the SmolLM2 tokenizer in {BASE} (run the prepare stage: `dvc repro prepare`)",
-)
-
 EXAMPLE = {"prompt": "Your task is to: put a mug in cabinet.\nAct now.", "completion": "<think>Find the mug.</think>\n<action>go to shelf 1</action>"}
 
 
 @pytest.fixture(scope="module")
-def tok():
+def tok(base_model_dir):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(BASE)
+    return AutoTokenizer.from_pretrained(base_model_dir)
 
 
 @pytest.fixture(scope="module")
