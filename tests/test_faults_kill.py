@@ -79,21 +79,29 @@ def skill_server():
     server.httpd.server_close()
 
 
-def repro(work: Path, env: dict, log: Path, kill_when=None) -> tuple[int, str]:
-    """`dvc repro` in `work`, output appended to `log`. `kill_when(line)`: SIGKILL the whole process group
-    (dvc and the stage's python) as soon as it returns True for an output line. Returns (exit code, output)."""
+def repro(work: Path, env: dict, log: Path, kill_when=None, pause_s: float = 0.0) -> tuple[int, str]:
+    """`dvc repro` in `work`, output appended to `log`. `kill_when(output so far)`: once it returns True (and
+    `pause_s` later), SIGKILL the whole process group (dvc and the stage's python). Returns (exit code, output)."""
     proc = subprocess.Popen([str(BIN / "dvc"), "repro"], cwd=work, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines = []
-    with open(log, "a") as out:
-        for line in proc.stdout:
-            lines.append(line)
-            out.write(line)
-            if kill_when is not None and kill_when(line):
-                os.killpg(proc.pid, signal.SIGKILL)
-                break
-        proc.stdout.close()
+    lines: list[str] = []
+
+    def read():  # drains the pipe all along, so the stage never blocks on its output
+        with open(log, "a") as out:
+            for line in proc.stdout:
+                lines.append(line)
+                out.write(line)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    if kill_when is not None:
+        while proc.poll() is None and not kill_when("".join(lines)):
+            time.sleep(0.05)
+        if proc.poll() is None:
+            time.sleep(pause_s)
+            os.killpg(proc.pid, signal.SIGKILL)
     rc = proc.wait()
+    reader.join()
     return rc, "".join(lines)
 
 
@@ -174,43 +182,23 @@ def test_kill_9_in_each_stage_then_repro_equals_an_uninterrupted_run(tmp_path, t
     (run_dir,) = [p.name for p in (ref / "runs/rl").iterdir() if p.is_dir()]
     epoch1 = work / "runs/rl" / run_dir / "epoch_001"
     answered = skill_server.requests
-    seen = {}
-
-    def after(marker: str, pause_s: float = 0.0):
-        def when(line: str) -> bool:
-            if marker in line:
-                time.sleep(pause_s)
-                return True
-            return False
-        return when
-
-    def teacher_answering(line: str) -> bool:
-        # the stage is labelling trajectories once the endpoint has answered one of this run's prompts
-        if "Running stage 'build_sft_data'" in line:
-            seen["start"] = skill_server.requests
-        if "start" in seen:
-            deadline = time.time() + 300
-            while skill_server.requests == seen["start"] and time.time() < deadline:
-                time.sleep(0.05)
-            time.sleep(0.5)  # the answer reaches the client's cache
-            seen["at_kill"] = skill_server.requests
-            return True
-        return False
-
-    kills = [
-        ("build_sft_data", teacher_answering),
-        ("train_analyzer", after("analyzer check (before)", pause_s=3)),
-        ("rl", after("epoch 2 update")),
-        ("evaluate", after("rollout eval/warmup")),
+    kills = [  # (stage, when to kill: a condition on the output so far, seconds to wait after it holds)
+        # labelling: the endpoint has answered one of this run's prompts (the reference run asked `answered`)
+        ("build_sft_data", lambda out: "Running stage 'build_sft_data'" in out and skill_server.requests > answered, 0.5),
+        ("train_analyzer", lambda out: "analyzer check (before)" in out, 3),
+        ("rl", lambda out: "epoch 2 update" in out, 0),
+        ("evaluate", lambda out: "rollout eval/warmup" in out, 0),
     ]
     finished: list[str] = []
-    for stage, when in kills:
-        rc, out = repro(work, env, logs / "killed.log", kill_when=when)
+    for stage, when, pause_s in kills:
+        rc, out = repro(work, env, logs / "killed.log", kill_when=when, pause_s=pause_s)
         assert rc == -signal.SIGKILL, f"not killed in {stage}:\n{out[-3000:]}"
         ran = stages_run(out)
         assert ran[-1] == stage and not set(ran[:-1]) & set(finished), (stage, ran, finished)  # finished stages skipped
         finished += ran[:-1]
         assert_no_partial_outputs(work)
+        if stage == "build_sft_data":
+            at_kill = skill_server.requests
         if stage == "rl":
             assert epoch1.is_dir() and not (epoch1.parent / "epoch_002").exists()
             epoch1_files = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in epoch1.iterdir()}
@@ -233,7 +221,7 @@ def test_kill_9_in_each_stage_then_repro_equals_an_uninterrupted_run(tmp_path, t
     differ = [k for k in ref_results if got[k] != ref_results[k]]
     assert not differ, f"{differ} differ from the uninterrupted run; the first: {got[differ[0]]} != {ref_results[differ[0]]}"
     # the restart asked the endpoint only for what the cache did not hold yet
-    assert skill_server.requests - seen["at_kill"] < answered
+    assert skill_server.requests - at_kill < answered
 
     # the key reached the endpoint (else the run would have failed) and no file any run wrote: repos (logs,
     # params dumps, metrics, dvc.lock and cache, W&B offline runs, lineage files), the Prefect server's
