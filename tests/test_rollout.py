@@ -20,7 +20,7 @@ def test_rollout_writes_complete_records(alfworld_root, base_model_dir, tmp_path
     assert len({t.group_id for t in trajs}) == 2
     for t in trajs:
         # a random model never wins: every episode runs to max_steps, every step invalid
-        assert not t.won and t.length == 3 and t.invalid_count == 3
+        assert not t.won and t.length == len(t.steps) == 3 and t.invalid_count == 3
         assert abs(t.episode_return + 0.3) < 1e-9
         assert t.task and t.task_type in t.game_id
         for k, s in enumerate(t.steps):
