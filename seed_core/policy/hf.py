@@ -4,7 +4,8 @@ Generation buckets prompts by token length before batching (padding to the longe
 batch wasted a third of the prefill here), left-pads each bucket, runs `generate` with the KV cache and stops
 a sequence at the first stop string or EOS. The returned log-probs are the model's temperature-1 log-probs of
 the sampled tokens (raw logits, before temperature/top-p warping), which is what PPO's ratio and SEED's
-re-scoring compare against.
+re-scoring compare against. They are gathered step by step while generating (`_SampledLogprobs`), so only one
+step's (B, V) log-softmax is alive at a time instead of all T steps' logits.
 
 Scoring (`sequence_logprobs`) never materializes full-vocabulary logits for the whole batch: it runs the
 decoder once, keeps the hidden states of the scored positions only, and projects them to the vocabulary in
@@ -18,6 +19,7 @@ from typing import Sequence
 
 import torch
 from torch.utils.checkpoint import checkpoint
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from . import Generation
 
@@ -54,6 +56,34 @@ def _chunked_token_logprobs(lm_head: torch.nn.Module, hidden: torch.Tensor, targ
         h, t = hidden[s : s + chunk], targets[s : s + chunk]
         out.append(checkpoint(one, h, t, use_reentrant=False) if torch.is_grad_enabled() else one(h, t))
     return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
+
+
+class _SampledLogprobs(LogitsProcessor):
+    """Collects log pi(sampled token) at temperature 1 during `generate`, holding one step's (B, V) log-softmax.
+
+    Keeping `output_logits` instead holds (B, T, V): 16 analyses x 384 tokens x 49,152 is 1.2 GB in fp32, most of
+    an RL process's peak memory. Step k's processor call sees the token sampled at step k-1 as the last input id;
+    `generate` puts custom processors ahead of the temperature/top-p warpers, so the scores here are raw.
+    """
+
+    def __init__(self) -> None:
+        self.prev: torch.Tensor | None = None  # (B, V) log-softmax of the latest step
+        self.taken: list[torch.Tensor] = []  # T-1 tensors (B,)
+
+    def _take(self, tokens: torch.Tensor) -> None:
+        if self.prev is not None:
+            self.taken.append(self.prev.gather(-1, tokens[:, None]).squeeze(-1))
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        self._take(input_ids[:, -1])
+        self.prev = scores.float().log_softmax(-1)
+        return scores
+
+    def finish(self, new: torch.Tensor) -> torch.Tensor:
+        """new: (B, T) generated ids -> (B, T) their log-probs."""
+        self._take(new[:, -1])
+        self.prev = None
+        return torch.stack(self.taken, dim=1)
 
 
 def sequence_logprobs(
@@ -151,6 +181,7 @@ class HFPolicy:
         input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch], device=self.device)
         attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch], device=self.device)
         sampling = temperature > 0
+        recorder = _SampledLogprobs()
         out = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention,
@@ -162,12 +193,11 @@ class HFPolicy:
             stop_strings=list(stop) or None,
             tokenizer=self.tok if stop else None,
             pad_token_id=pad,
+            logits_processor=LogitsProcessorList([recorder]),
             return_dict_in_generate=True,
-            output_logits=True,
         )
         new = out.sequences[:, width:]  # (B, T)
-        logits = torch.stack(out.logits, dim=1).float()  # (B, T, V) raw, before warping
-        logprobs = logits.gather(-1, new[..., None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        logprobs = recorder.finish(new)
         return [self._cut(new[b].tolist(), logprobs[b].tolist(), stop) for b in range(len(batch))]
 
     def _cut(self, ids: list[int], lps: list[float], stop: Sequence[str]) -> Generation:
