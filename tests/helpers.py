@@ -1,9 +1,16 @@
 """Small builders shared by tests."""
 from __future__ import annotations
 
+import json
+import threading
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Callable, Iterator
 
 import torch
+
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
 def tiny_policy(tokenizer_dir: Path, seed: int = 0, batch_size: int = 4):
@@ -28,3 +35,45 @@ def tiny_policy(tokenizer_dir: Path, seed: int = 0, batch_size: int = 4):
     )
     model = LlamaForCausalLM(cfg).eval()
     return HFPolicy(model, tok, batch_size=batch_size)
+
+
+def chat_reply(content: str, prompt_tokens: int = 11, completion_tokens: int = 7) -> dict:
+    """A chat-completions response body with one assistant message."""
+    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens}}
+
+
+def reply(h: BaseHTTPRequestHandler, status: int, body: bytes | dict, headers: dict[str, str] | None = None) -> None:
+    """Writes one JSON response; a client that has already hung up (a timeout the test provoked) is ignored."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    try:
+        h.send_response(status)
+        for k, v in {"Content-Type": "application/json", "Content-Length": str(len(data)), **(headers or {})}.items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+@contextmanager
+def chat_endpoint(handle: Callable[[BaseHTTPRequestHandler, dict], None]) -> Iterator[str]:
+    """A real HTTP server on 127.0.0.1 (an ephemeral port) answering each POST from a thread with
+    `handle(request handler, parsed JSON body)`; yields its base URL (`.../v1`)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            handle(self, json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+
+        def log_message(self, *args):
+            pass  # keep pytest's output clean
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -18,7 +18,6 @@ import signal
 import subprocess
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ import yaml
 from safetensors import safe_open
 
 from faultsuite import files_containing, scan_for_secret
+from helpers import chat_endpoint, chat_reply, reply
 from repo_copy import BIN, REPO, STAGES, TINY, copy_repo, make_env, merge
 
 KEY_ENV = "SEED_TEACHER_API_KEY"
@@ -42,41 +42,22 @@ class SkillServer:
 
     def __init__(self):
         self.requests = 0
-        outer = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                if self.headers.get("Authorization") != f"Bearer {KEY}":
-                    return self._reply(401, {"error": "bad key"})
-                outer.requests += 1
-                h = hashlib.sha256(body["messages"][-1]["content"].encode()).hexdigest()[:8]
-                skill = {"summary": f"episode {h}", "episode_skill": f"Check each countertop before the cabinets ({h})."}
-                self._reply(200, {"choices": [{"index": 0, "message": {"role": "assistant", "content": json.dumps(skill)}}],
-                                  "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}})
-
-            def _reply(self, status, obj):
-                data = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    def handle(self, h, body: dict) -> None:
+        if h.headers.get("Authorization") != f"Bearer {KEY}":
+            return reply(h, 401, {"error": "bad key"})
+        self.requests += 1
+        tag = hashlib.sha256(body["messages"][-1]["content"].encode()).hexdigest()[:8]
+        skill = {"summary": f"episode {tag}", "episode_skill": f"Check each countertop before the cabinets ({tag})."}
+        reply(h, 200, chat_reply(json.dumps(skill), 100, 20))
 
 
 @pytest.fixture(scope="module")
 def skill_server():
     server = SkillServer()
-    yield server
-    server.httpd.shutdown()
-    server.httpd.server_close()
+    with chat_endpoint(server.handle) as url:
+        server.url = url
+        yield server
 
 
 def repro(work: Path, env: dict, log: Path, kill_when=None, pause_s: float = 0.0) -> tuple[int, str]:

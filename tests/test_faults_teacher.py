@@ -8,10 +8,12 @@ import json
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import ExitStack
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from helpers import PROXY_VARS, chat_endpoint, chat_reply, reply
 from seed_core.config import params_from_dict
 from seed_core.data import list_games, task_type_of, write_manifest
 from seed_core.records import Skill, read_jsonl
@@ -36,15 +38,14 @@ class ScriptedAPI:
         self.lock = threading.Lock()
         self.slow_s = 0.0
 
-    def handle(self, h: BaseHTTPRequestHandler) -> None:
-        prompt = json.loads(h.rfile.read(int(h.headers["Content-Length"])))["messages"][0]["content"]
+    def handle(self, h: BaseHTTPRequestHandler, body: dict) -> None:
+        prompt = body["messages"][0]["content"]
         with self.lock:
             n = self.seen.get(prompt, 0)
             self.seen[prompt] = n + 1
             what = self.script(prompt, n)
             self.log.append((prompt, what, time.monotonic()))
-        body = json.dumps({"choices": [{"message": {"role": "assistant", "content": json.dumps(SKILL)}}],
-                           "usage": {"prompt_tokens": 11, "completion_tokens": 7}}).encode()
+        answer = json.dumps(chat_reply(json.dumps(SKILL))).encode()
         h.close_connection = True
         if what == "drop":
             h.connection.shutdown(socket.SHUT_RDWR)
@@ -52,57 +53,28 @@ class ScriptedAPI:
         if what == "slow":
             time.sleep(self.slow_s)
         if what in ("429", "500"):
-            return self.reply(h, int(what), b'{"error": "injected"}', {"Retry-After": self.retry_after})
+            return reply(h, int(what), b'{"error": "injected"}', {"Retry-After": self.retry_after})
         if what == "notjson":
-            return self.reply(h, 200, b"<html><body>502 Bad Gateway</body></html>")
+            return reply(h, 200, b"<html><body>502 Bad Gateway</body></html>")
         if what == "cut":
             h.send_response(200)
             h.send_header("Content-Type", "application/json")
-            h.send_header("Content-Length", str(len(body)))
+            h.send_header("Content-Length", str(len(answer)))
             h.end_headers()
-            h.wfile.write(body[: len(body) // 2])
+            h.wfile.write(answer[: len(answer) // 2])
             h.wfile.flush()
             h.connection.shutdown(socket.SHUT_RDWR)
             return
-        self.reply(h, 200, body)
-
-    @staticmethod
-    def reply(h, status, body, headers=None):
-        try:
-            h.send_response(status)
-            for k, v in {"Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})}.items():
-                h.send_header(k, v)
-            h.end_headers()
-            h.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (timeout), as intended
+        reply(h, 200, answer)
 
 
 @pytest.fixture
 def serve(monkeypatch):
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+    for var in PROXY_VARS:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv(KEY_ENV, KEY)
-    servers = []
-
-    def start(api: ScriptedAPI) -> str:
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                api.handle(self)
-
-            def log_message(self, *args):
-                pass
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-        servers.append(server)
-        return f"http://127.0.0.1:{server.server_address[1]}/v1"
-
-    yield start
-    for s in servers:
-        s.shutdown()
-        s.server_close()
+    with ExitStack() as servers:
+        yield lambda api: servers.enter_context(chat_endpoint(api.handle))
 
 
 @pytest.mark.fault("teacher", n=3)

@@ -9,14 +9,13 @@ import os
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
 
-from helpers import tiny_policy
+from helpers import PROXY_VARS, chat_endpoint, chat_reply, reply, tiny_policy
 from seed_core.config import ConfigError, params_from_dict
 from seed_core.data import GameEntry, list_games, task_type_of, write_manifest
 from seed_core.oracle import OracleTeacher
@@ -208,37 +207,22 @@ class SkillAPI:
             text = "I think the agent should explore more."
         else:
             text = "Here is the skill:\n```json\n" + json.dumps(skill)[:-1] + ",}\n```"
-        return 200, {"choices": [{"message": {"role": "assistant", "content": text}}],
-                     "usage": {"prompt_tokens": len(prompt) // 4, "completion_tokens": len(text) // 4}}
+        return 200, chat_reply(text, len(prompt) // 4, len(text) // 4)
+
+    def handle(self, h, body: dict) -> None:
+        status, answer = self.answer(body["messages"][0]["content"])
+        reply(h, status, answer or {"error": "injected"})
 
 
 @pytest.fixture
 def skill_api(monkeypatch):
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+    for var in PROXY_VARS:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv(KEY_ENV, KEY)
     api = SkillAPI()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            status, reply = api.answer(body["messages"][0]["content"])
-            data = json.dumps(reply or {"error": "injected"}).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    api.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    yield api
-    server.shutdown()
-    server.server_close()
+    with chat_endpoint(api.handle) as url:
+        api.base_url = url
+        yield api
 
 
 @pytest.mark.fault("teacher")

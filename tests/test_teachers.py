@@ -8,10 +8,11 @@ import logging
 import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from helpers import PROXY_VARS, chat_endpoint, chat_reply, reply
 from seed_core.policy import Generation
 from seed_core.teachers import MissingAPIKeyError, OpenAITeacher, PolicyTeacher
 
@@ -33,63 +34,35 @@ class FakeChatAPI:
         with self.lock:
             return sum(1 for p, _ in self.requests if prompt is None or p == prompt)
 
-    def handle(self, h: BaseHTTPRequestHandler) -> None:
-        body = json.loads(h.rfile.read(int(h.headers["Content-Length"])))
+    def handle(self, h: BaseHTTPRequestHandler, body: dict) -> None:
         prompt = body["messages"][0]["content"]
         with self.lock:
             self.requests.append((prompt, dict(h.headers)))
             script = self.faults.get(prompt, [])
             fault = script.pop(0) if script else "ok"
         if h.path != "/v1/chat/completions":
-            return self.reply(h, 404, b'{"error": "not found"}')
+            return reply(h, 404, b'{"error": "not found"}')
         if fault == "sleep":
             time.sleep(TIMEOUT_S * 3)  # the client has given up by now; its retry is already in flight
-            return self.reply(h, 200, b"{}")
+            return reply(h, 200, b"{}")
         if fault in ("429", "500", "400"):
-            return self.reply(h, int(fault), b'{"error": "injected"}', {"Retry-After": "0"} if fault == "429" else {})
+            return reply(h, int(fault), b'{"error": "injected"}', {"Retry-After": "0"} if fault == "429" else {})
         if fault == "notjson":
-            return self.reply(h, 200, b"<html>bad gateway</html>")
+            return reply(h, 200, b"<html>bad gateway</html>")
         if fault == "nochoices":
-            return self.reply(h, 200, b'{"object": "chat.completion"}')
-        answer = {
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": f"answer to {prompt}"}}],
-            "usage": {"prompt_tokens": len(prompt), "completion_tokens": 7, "total_tokens": len(prompt) + 7},
-        }
-        self.reply(h, 200, json.dumps(answer).encode())
-
-    @staticmethod
-    def reply(h: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
-        try:
-            h.send_response(status)
-            headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})}
-            for k, v in headers.items():
-                h.send_header(k, v)
-            h.end_headers()
-            h.wfile.write(body)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client timed out and closed the connection, as the test intends
+            return reply(h, 200, b'{"object": "chat.completion"}')
+        reply(h, 200, chat_reply(f"answer to {prompt}", len(prompt), 7))
 
 
 @pytest.fixture
 def api(monkeypatch):
-    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+    for var in PROXY_VARS:
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv(KEY_ENV, KEY)
     fake = FakeChatAPI()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):
-            fake.handle(self)
-
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-    fake.base_url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    yield fake
-    server.shutdown()
-    server.server_close()
+    with chat_endpoint(fake.handle) as url:
+        fake.base_url = url
+        yield fake
 
 
 def _teacher(api, cache_dir, **kw) -> OpenAITeacher:
