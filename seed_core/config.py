@@ -155,6 +155,10 @@ class TeacherConfig:
     kind: Literal["oracle", "openai", "policy"] = "oracle"
     """Who writes the Stage-1 skills: `oracle` (offline hindsight analyzer, free and deterministic), `openai`
     (any OpenAI-compatible chat-completions endpoint), or `policy` (a checkpoint analyzing its own episodes)."""
+    oracle_max_chars: int | None = None
+    """`oracle`: length budget of the summary and of the skill, in characters; whole sentences are kept in
+    priority order while they fit (null: no budget, ~600-1,200-character skills). Small analyzers learn
+    short answers from few examples."""
     base_url: str = "http://127.0.0.1:8000/v1"
     """`openai`: endpoint base URL including /v1."""
     model: str = ""
@@ -179,6 +183,8 @@ class TeacherConfig:
         if self.kind == "openai":
             _check(bool(self.model), "teacher.model", "must name the endpoint's model when teacher.kind is openai")
             _check(self.api_key_env.isidentifier(), "teacher.api_key_env", "must be an environment variable NAME, not a key")
+        _check(self.oracle_max_chars is None or self.oracle_max_chars >= 40, "teacher.oracle_max_chars",
+               f"must be null or >= 40, got {self.oracle_max_chars}")
         _check(self.concurrency >= 1, "teacher.concurrency", f"must be >= 1, got {self.concurrency}")
         _check(self.max_retries >= 0, "teacher.max_retries", f"must be >= 0, got {self.max_retries}")
 

@@ -23,6 +23,9 @@ Departures / choices (the paper has no oracle):
   a whitespace word count of the JSON answer, so "teacher cost" stats stay comparable in order of magnitude.
 - Determinism: the answer is a pure function of the trajectory and the game file; same trajectory,
   byte-identical answer.
+- Length budget (`teacher.oracle_max_chars`): each field keeps its sentences in priority order while they
+  fit, whole sentences only. A 135M analyzer learns a ~300-character answer from a handful of examples;
+  the full ~1,000-character answer it does not (held-out parse rate 0 after Stage 1 here).
 """
 from __future__ import annotations
 
@@ -447,7 +450,17 @@ def _detours(r: EpisodeReplay, needed: set[str]) -> list[str]:
     return list(dict.fromkeys(rec for _, rec in r.visits if rec not in needed))
 
 
-def success_answer(traj: Trajectory, facts: GameFacts) -> dict[str, str]:
+def _fit(parts: Sequence[str], max_chars: int | None) -> str:
+    """The parts (most important first) joined by spaces, keeping each one that still fits in `max_chars`; the
+    first is always kept."""
+    kept = [parts[0]]
+    for part in parts[1:]:
+        if max_chars is None or len(" ".join([*kept, part])) <= max_chars:
+            kept.append(part)
+    return " ".join(kept)
+
+
+def success_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = None) -> dict[str, str]:
     r = replay(traj.steps)
     route = effective_route(traj.steps, facts, r) or list(facts.walkthrough)
     took = _matches(rf"take ({_NAME}) from ({_NAME})", route)
@@ -460,12 +473,12 @@ def success_answer(traj: Trajectory, facts: GameFacts) -> dict[str, str]:
         parts.append(f"This route needs {len(route)} actions; the episode took {len(traj.steps)}.{skip}")
     if note := _format_note(r):
         parts.append(note)
-    summary = (f"Success in {len(traj.steps)} step(s), {len(r.invalid)} invalid-format step(s), "
-               f"{len(r.no_effect)} action(s) with no effect. Effective route: {', '.join(route)}.")
-    return {"episode_summary": summary, "episode_skill": " ".join(parts)}
+    summary = [f"Success in {len(traj.steps)} step(s), {len(r.invalid)} invalid-format step(s), "
+               f"{len(r.no_effect)} action(s) with no effect.", f"Effective route: {', '.join(route)}."]
+    return {"episode_summary": _fit(summary, max_chars), "episode_skill": _fit(parts, max_chars)}
 
 
-def failure_answer(traj: Trajectory, facts: GameFacts) -> dict[str, str]:
+def failure_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = None) -> dict[str, str]:
     r = replay(traj.steps)
     where = _where_expert_takes(facts)
     stage, core, happened = _progress(facts, r)
@@ -498,11 +511,12 @@ def failure_answer(traj: Trajectory, facts: GameFacts) -> dict[str, str]:
     if r.invalid and not format_first:
         parts.append(_format_note(r))
     visited = _join(list(dict.fromkeys(rec for _, rec in r.visits))[:_LIST_MAX * 2]) or "nothing"
-    loops = f" Most repeated: {_quote(r.loops[0][0])} x{r.loops[0][1]}." if r.loops else ""
-    summary = (f"Failure after {len(traj.steps)} step(s), {len(r.invalid)} invalid-format step(s), "
-               f"{len(r.no_effect)} action(s) with no effect. Visited {visited}; {happened}. "
-               f"True location: {where or 'unknown'}.{loops}")
-    return {"episode_summary": summary, "episode_skill": " ".join(parts)}
+    summary = [f"Failure after {len(traj.steps)} step(s), {len(r.invalid)} invalid-format step(s), "
+               f"{len(r.no_effect)} action(s) with no effect.", f"True location: {where or 'unknown'}.",
+               f"Visited {visited}; {happened}."]
+    if r.loops:
+        summary.append(f"Most repeated: {_quote(r.loops[0][0])} x{r.loops[0][1]}.")
+    return {"episode_summary": _fit(summary, max_chars), "episode_skill": _fit(parts, max_chars)}
 
 
 # ---------------------------------------------------------------- the teacher
@@ -517,8 +531,9 @@ class OracleTeacher:
 
     name = "oracle"
 
-    def __init__(self, data_root: str | Path):
+    def __init__(self, data_root: str | Path, max_chars: int | None = None):
         self.data_root = Path(data_root)
+        self.max_chars = max_chars  # per field, whole sentences in priority order; None: no limit
         self.stats = TeacherStats()
         self._facts: dict[str, GameFacts] = {}
 
@@ -534,7 +549,7 @@ class OracleTeacher:
     def analyze_trajectory(self, traj: Trajectory) -> str:
         """The JSON answer for one trajectory: byte-identical for the same trajectory."""
         facts = self.game_facts(traj.game_id, traj.task_type)
-        answer = success_answer(traj, facts) if traj.won else failure_answer(traj, facts)
+        answer = (success_answer if traj.won else failure_answer)(traj, facts, self.max_chars)
         return json.dumps(answer, ensure_ascii=False)
 
     def complete_trajectories(self, trajectories: Sequence[Trajectory]) -> list[TeacherAnswer | None]:

@@ -121,7 +121,7 @@ def model_analyzer(model_path: str | Path, *, max_new_tokens: int, dtype, batch_
 def make_teacher(cfg: TeacherConfig, root: Path, *, dtype, batch_size: int) -> Teacher | TrajectoryTeacher:
     """The teacher named by `teacher.kind`. `openai` checks its API key variable here, before any rollout."""
     if cfg.kind == "oracle":
-        return OracleTeacher(root)
+        return OracleTeacher(root, cfg.oracle_max_chars)
     if cfg.kind == "openai":
         return OpenAITeacher(
             cfg.base_url, cfg.model, cfg.api_key_env, cache_dir=cfg.cache_dir, temperature=cfg.temperature,

@@ -238,6 +238,27 @@ def test_output_is_json_with_exactly_the_two_fields_and_deterministic(episodes, 
             assert list(json.loads(first)) == ["episode_summary", "episode_skill"]
 
 
+@pytest.mark.parametrize("budget", [40, 300])
+def test_length_budget_keeps_whole_sentences_in_priority_order(episodes, oracle, root, budget):
+    short = OracleTeacher(root, max_chars=budget)
+    for success, failure in episodes.values():
+        for traj in (success, failure):
+            full = json.loads(oracle.analyze_trajectory(traj))
+            cut = json.loads(short.analyze_trajectory(traj))
+            for field in ("episode_summary", "episode_skill"):
+                sentences = re.split(r"(?<=\.) ", full[field])
+                kept = re.split(r"(?<=\.) ", cut[field])
+                # the first sentence always; then only sentences of the full answer, in its order
+                assert kept[0] == sentences[0]
+                assert [s for s in sentences if s in kept] == kept, (field, cut[field])
+                assert len(cut[field]) <= budget or kept == sentences[:1]
+    # At 300 characters a failure still names the true location: the summary's second sentence.
+    _, failure = episodes["pick_and_place_simple"]
+    obj, where = _expert_takes(list(oracle.game_facts(failure.game_id, "pick_and_place_simple").walkthrough))[0]
+    summary = json.loads(OracleTeacher(root, max_chars=300).analyze_trajectory(failure))["episode_summary"]
+    assert f"True location: {obj} at {where}." in summary
+
+
 def test_analyze_dispatches_trajectories_to_the_oracle(episodes, root):
     trajs = [t for pair in episodes.values() for t in pair]
     teacher = OracleTeacher(root)
