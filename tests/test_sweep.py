@@ -77,6 +77,10 @@ def test_recipe_expands_and_validates():
     assert [c.name for c in cut] == ["sdar-s0", "sdar-s1", "grpo-s0", "grpo-s1"]
     with pytest.raises(ConfigError, match=r"unknown methods \['ppo'\]"):
         load_recipe(REPO / "recipes/sweeps/methods.yaml", methods=["ppo"])
+    quick = load_recipe(REPO / "recipes/sweeps/quick.yaml")
+    assert [c.name for c in quick] == ["grpo-s0", "grpo-s1", "seed-s0", "seed-s1"]
+    assert quick[3].overrides == {"rl.epochs": 1, "evaluate.modes": ["greedy"], "rl.method": "seed", "rl.seed": 1, "evaluate.seed": 1}
+    check_combos(REPO, quick)
 
 
 def test_overrides_round_trip():
