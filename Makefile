@@ -32,7 +32,7 @@ test: setup
 	$(BIN)/python -m pytest -q -ra
 
 bench: setup
-	$(BIN)/dvc repro prepare warmup
+	$(BIN)/dvc repro train_analyzer
 	$(BIN)/python bench/rollout_throughput.py
 	$(BIN)/python bench/rl_update.py
 

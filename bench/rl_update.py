@@ -32,7 +32,7 @@ from seed_core.envs.alfworld import EnvPool  # noqa: E402
 from seed_core.models import load_model  # noqa: E402
 from seed_core.records import Trajectory, read_jsonl, write_jsonl  # noqa: E402
 from seed_core.rescore import score_steps, step_tokens  # noqa: E402
-from seed_core.rl import Trainer, games_for_update, peak_rss_mb, training_dtype  # noqa: E402
+from seed_core.rl import INIT, Trainer, games_for_update, peak_rss_mb, training_dtype  # noqa: E402
 from seed_core.rollout import play  # noqa: E402
 
 
@@ -73,16 +73,19 @@ def worker(mode: str, params_path: str, model_dir: Path, batch_path: Path) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default=str(REPO / "params.yaml"))
-    ap.add_argument("--model", default=None, help="starting weights (default: models/warmup, else models/base)")
+    ap.add_argument("--model", default=None, help="starting weights (default: the RL stage's, rl.init of params)")
     ap.add_argument("--worker", choices=["grpo", "seed", "rescore", "forward"], help=argparse.SUPPRESS)
     ap.add_argument("--batch", default="/tmp/seed-bench-rl-batch.jsonl", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    model_dir = Path(args.model or (REPO / "models/warmup" if (REPO / "models/warmup/config.json").exists() else REPO / "models/base"))
     if args.worker:
+        model_dir = Path(args.model)
         print(json.dumps(worker(args.worker, args.params, model_dir, Path(args.batch))))
         return
 
     params = load_params(args.params)
+    model_dir = Path(args.model) if args.model else REPO / INIT[params.rl.init]
+    if not (model_dir / "config.json").exists():
+        sys.exit(f"{model_dir} does not exist: run `dvc repro train_analyzer` first (or pass --model)")
     root = data_root(params.data.alfworld_data, REPO)
     train = read_manifest(REPO / "data/manifests/train.json", root)
     t = trainer(params, model_dir, "grpo")

@@ -12,9 +12,8 @@ from _common import load, main, parser, publish, record_stage
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from seed_core.rl import RLRun, run_folder_name
+from seed_core.rl import INIT, RLRun, run_folder_name
 
-INIT = {"analyzer": "models/analyzer", "warmup": "models/warmup", "base": "models/base"}
 
 
 @task(name="rl-epoch", cache_policy=NO_CACHE)

@@ -50,6 +50,8 @@ from .skills import analyze
 from .teachers import PolicyTeacher
 
 Method = Literal["grpo", "seed", "grpo_opsd", "sdar"]
+# rl.init -> the checkpoint RL starts from (the dvc.yaml outputs of train_analyzer, warmup and prepare).
+INIT = {"analyzer": "models/analyzer", "warmup": "models/warmup", "base": "models/base"}
 
 
 @dataclass(frozen=True)
