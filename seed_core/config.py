@@ -156,8 +156,8 @@ class TeacherConfig:
     """Who writes the Stage-1 skills: `oracle` (offline hindsight analyzer, free and deterministic), `openai`
     (any OpenAI-compatible chat-completions endpoint), or `policy` (a checkpoint analyzing its own episodes)."""
     oracle_max_chars: int | None = None
-    """`oracle`: length budget of the summary and of the skill, in characters; whole sentences are kept in
-    priority order while they fit (null: no budget, ~600-1,200-character skills). Small analyzers learn
+    """`oracle`: length budget of the skill in characters (the summary gets half); whole sentences are kept
+    in priority order while they fit (null: no budget, ~600-1,200-character skills). Small analyzers learn
     short answers from few examples."""
     base_url: str = "http://127.0.0.1:8000/v1"
     """`openai`: endpoint base URL including /v1."""

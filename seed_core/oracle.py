@@ -23,9 +23,11 @@ Departures / choices (the paper has no oracle):
   a whitespace word count of the JSON answer, so "teacher cost" stats stay comparable in order of magnitude.
 - Determinism: the answer is a pure function of the trajectory and the game file; same trajectory,
   byte-identical answer.
-- Length budget (`teacher.oracle_max_chars`): each field keeps its sentences in priority order while they
-  fit, whole sentences only. A 135M analyzer learns a ~300-character answer from a handful of examples;
-  the full ~1,000-character answer it does not (held-out parse rate 0 after Stage 1 here).
+- Length budget (`teacher.oracle_max_chars`): the skill keeps its sentences in priority order while they
+  fit, whole sentences only; the summary (context for a reader, never injected) gets half the budget. A
+  135M analyzer did not learn the full ~1,000-character answers from a handful of examples (held-out parse
+  rate 0 after Stage 1 here); with 300 characters it learned the format but looped on the summary's
+  "Visited ..." sentences, which the half budget leaves out.
 """
 from __future__ import annotations
 
@@ -460,6 +462,10 @@ def _fit(parts: Sequence[str], max_chars: int | None) -> str:
     return " ".join(kept)
 
 
+def _answer(summary: Sequence[str], skill: Sequence[str], max_chars: int | None) -> dict[str, str]:
+    return {"episode_summary": _fit(summary, max_chars and max_chars // 2), "episode_skill": _fit(skill, max_chars)}
+
+
 def success_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = None) -> dict[str, str]:
     r = replay(traj.steps)
     route = effective_route(traj.steps, facts, r) or list(facts.walkthrough)
@@ -475,7 +481,7 @@ def success_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = N
         parts.append(note)
     summary = [f"Success in {len(traj.steps)} step(s), {len(r.invalid)} invalid-format step(s), "
                f"{len(r.no_effect)} action(s) with no effect.", f"Effective route: {', '.join(route)}."]
-    return {"episode_summary": _fit(summary, max_chars), "episode_skill": _fit(parts, max_chars)}
+    return _answer(summary, parts, max_chars)
 
 
 def failure_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = None) -> dict[str, str]:
@@ -516,7 +522,7 @@ def failure_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = N
                f"Visited {visited}; {happened}."]
     if r.loops:
         summary.append(f"Most repeated: {_quote(r.loops[0][0])} x{r.loops[0][1]}.")
-    return {"episode_summary": _fit(summary, max_chars), "episode_skill": _fit(parts, max_chars)}
+    return _answer(summary, parts, max_chars)
 
 
 # ---------------------------------------------------------------- the teacher
@@ -533,7 +539,7 @@ class OracleTeacher:
 
     def __init__(self, data_root: str | Path, max_chars: int | None = None):
         self.data_root = Path(data_root)
-        self.max_chars = max_chars  # per field, whole sentences in priority order; None: no limit
+        self.max_chars = max_chars  # skill budget (the summary gets half), whole sentences; None: no limit
         self.stats = TeacherStats()
         self._facts: dict[str, GameFacts] = {}
 

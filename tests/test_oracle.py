@@ -251,7 +251,8 @@ def test_length_budget_keeps_whole_sentences_in_priority_order(episodes, oracle,
                 # the first sentence always; then only sentences of the full answer, in its order
                 assert kept[0] == sentences[0]
                 assert [s for s in sentences if s in kept] == kept, (field, cut[field])
-                assert len(cut[field]) <= budget or kept == sentences[:1]
+                limit = budget // 2 if field == "episode_summary" else budget
+                assert len(cut[field]) <= limit or kept == sentences[:1]
     # At 300 characters a failure still names the true location: the summary's second sentence.
     _, failure = episodes["pick_and_place_simple"]
     obj, where = _expert_takes(list(oracle.game_facts(failure.game_id, "pick_and_place_simple").walkthrough))[0]
