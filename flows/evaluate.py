@@ -21,7 +21,7 @@ def evaluate(
 ) -> dict:
     p = load(params)
     models = []
-    for spec in model or ["base=models/base"]:
+    for spec in model or [f"{name}=models/{name}" for name in p.evaluate.models]:
         name, sep, path = spec.partition("=")
         if not sep:
             raise ValueError(f"--model takes NAME=PATH, got {spec!r}")
@@ -37,7 +37,8 @@ def evaluate(
 
 if __name__ == "__main__":
     ap = parser(__doc__)
-    ap.add_argument("--model", action="append", default=None, help="NAME=PATH of a model to evaluate (repeatable)")
+    ap.add_argument("--model", action="append", default=None,
+                    help="NAME=PATH of a model to evaluate (repeatable; default: models/<name> for each of evaluate.models)")
     ap.add_argument("--manifest-dir", default="data/manifests")
     ap.add_argument("--metrics", default="metrics/eval.json")
     ap.add_argument("--table", default="metrics/eval.md")

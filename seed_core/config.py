@@ -143,9 +143,13 @@ class EvaluateConfig:
     """Seeds of the sampled mode; success is averaged over them."""
     generation: GenerationConfig = field(default_factory=lambda: GenerationConfig(temperature=0.4))
     """Decoding caps (temperature is set per mode)."""
+    models: tuple[Literal["base", "warmup", "rl"], ...] = ("base", "warmup", "rl")
+    """The pipeline's models (`models/<name>`) the evaluate stage scores, side by side. A sweep comparing RL
+    runs needs only `rl`: base and warm-up are the same in every run."""
 
     def __post_init__(self) -> None:
         _check(len(self.modes) >= 1, "evaluate.modes", "must list at least one of ['greedy', 'sampled']")
+        _check(len(self.models) >= 1, "evaluate.models", "must list at least one of ['base', 'warmup', 'rl']")
         _check(self.sampled_runs >= 1, "evaluate.sampled_runs", f"must be >= 1, got {self.sampled_runs}")
         _check(self.temperature > 0, "evaluate.temperature", "must be > 0 (use mode `greedy` for T=0)")
 

@@ -79,7 +79,7 @@ def test_recipe_expands_and_validates():
         load_recipe(REPO / "recipes/sweeps/methods.yaml", methods=["ppo"])
     quick = load_recipe(REPO / "recipes/sweeps/quick.yaml")
     assert [c.name for c in quick] == ["grpo-s0", "grpo-s1", "seed-s0", "seed-s1"]
-    assert quick[3].overrides == {"rl.epochs": 1, "evaluate.modes": ["greedy"], "rl.method": "seed", "rl.seed": 1, "evaluate.seed": 1}
+    assert quick[3].overrides == {"rl.epochs": 1, "evaluate.modes": ["greedy"], "evaluate.models": ["rl"], "rl.method": "seed", "rl.seed": 1, "evaluate.seed": 1}
     check_combos(REPO, quick)
 
 
