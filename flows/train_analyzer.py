@@ -47,7 +47,7 @@ def train_analyzer(
     get_run_logger().info("analyzer: %s", json.dumps(result))
     rows = [json.loads(line) for line in Path(heldout).read_text(encoding="utf-8").splitlines() if line.strip()]
     publish("train-analyzer", report(result, rows))
-    record_stage("train_analyzer", [out_dir, metrics, heldout], ["model.dtype", "rollout", "build_sft_data", "train_analyzer"], params)
+    record_stage("train_analyzer", [out_dir, metrics, heldout], ["model.dtype", "env", "rollout", "build_sft_data", "train_analyzer"], params)
     track_stage("train_analyzer", p, result)
     return result
 

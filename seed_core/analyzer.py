@@ -27,7 +27,7 @@ from typing import Sequence
 from tqdm import tqdm
 
 from .config import Params
-from .data import DataError, data_root
+from .data import DataError, data_root, read_manifest
 from .models import pick_dtype
 from .oracle import OracleTeacher
 from .records import Skill, Trajectory, read_jsonl, write_json, write_jsonl
@@ -115,8 +115,21 @@ def heldout_set(sft_dir: Path) -> tuple[list[Trajectory], dict[str, Skill]]:
     return trajs, reference
 
 
+def rehearsal_examples(params: Params, manifest: Path) -> list[dict]:
+    """Expert (step prompt -> action) examples of the first `train_analyzer.rehearsal_games` warm-up games."""
+    from .warmup import expert_examples
+
+    n = params.train_analyzer.rehearsal_games
+    if not n:
+        return []
+    root = data_root(params.data.alfworld_data)
+    return [{"prompt": x["prompt"], "completion": x["completion"]}
+            for x in expert_examples(root, read_manifest(manifest, root)[:n], params.env, progress=False)]
+
+
 def run_train_analyzer(
-    params: Params, sft_dir: Path, start_model: Path, out_dir: Path, metrics_path: Path, heldout_path: Path
+    params: Params, sft_dir: Path, start_model: Path, out_dir: Path, metrics_path: Path, heldout_path: Path,
+    rehearsal_manifest: Path = Path("data/manifests/warmup.json"),
 ) -> dict:
     """The train_analyzer stage. Writes the analyzer to `out_dir`, metrics to `metrics_path`, and the held-out
     skills of the teacher, the starting model and the analyzer side by side to `heldout_path` (JSONL)."""
@@ -133,9 +146,10 @@ def run_train_analyzer(
     oracle = OracleTeacher(data_root(params.data.alfworld_data))  # reads game files only: the true locations
 
     before, before_skills = measure_analyzer(start_model, trajs, reference, oracle, params, "before")
+    rehearsal = rehearsal_examples(params, rehearsal_manifest)
     sft = train_sft(
         Path(start_model),
-        [{"prompt": r["prompt"], "completion": r["completion"]} for r in examples["train"]],
+        [{"prompt": r["prompt"], "completion": r["completion"]} for r in examples["train"]] + rehearsal,
         [{"prompt": r["prompt"], "completion": r["completion"]} for r in examples["validation"]] or None,
         Path(out_dir),
         epochs=cfg.epochs,
@@ -161,6 +175,7 @@ def run_train_analyzer(
         "analyzer/heldout_trajectories": len(trajs),
         "analyzer/heldout_with_teacher_skill": len(reference),
         "analyzer/location_eligible": skill_quality(trajs, before_skills, reference, oracle)["location_eligible"],
+        "analyzer/rehearsal_examples": len(rehearsal),
         **before,
         **after,
         **{f"sft/{k}": v for k, v in sft.items()},

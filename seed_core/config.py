@@ -225,9 +225,14 @@ class AnalyzerSFTConfig:
     max_seq_len: int = 2048
     analyzer_max_new_tokens: int = 256
     """Answer cap when measuring the analyzer's parse rate before and after SFT."""
+    rehearsal_games: int = 0
+    """Warm-up games (the first of data/manifests/warmup.json) whose expert steps join the analyzer's SFT set,
+    so the policy keeps acting while it learns to analyze (0: off, as in the paper). SmolLM2-135M trained on
+    skills alone answered every step prompt with skill text (RL invalid rate 1.0)."""
 
     def __post_init__(self) -> None:
         _check(self.epochs > 0, "train_analyzer.epochs", f"must be > 0, got {self.epochs}")
+        _check(self.rehearsal_games >= 0, "train_analyzer.rehearsal_games", f"must be >= 0, got {self.rehearsal_games}")
         _check(self.learning_rate > 0, "train_analyzer.learning_rate", f"must be > 0, got {self.learning_rate}")
         _check(self.lora_r is None or self.lora_r >= 1, "train_analyzer.lora_r", "must be >= 1, or null for full fine-tuning")
 

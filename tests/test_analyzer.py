@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from seed_core.analyzer import names_in, run_train_analyzer, skill_quality, target_locations, token_f1
+from seed_core.analyzer import names_in, rehearsal_examples, run_train_analyzer, skill_quality, target_locations, token_f1
 from seed_core.config import params_from_dict
 from seed_core.models import load_model
 from seed_core.oracle import OracleTeacher
@@ -81,3 +81,20 @@ def test_train_analyzer_end_to_end(alfworld_root, tiny_model_dir, sft_set, tmp_p
     assert sorted(p.name for p in out.parent.iterdir()) == ["analyzer"]  # no temp folders left
     model, tok = load_model(out)
     assert model.config.num_hidden_layers == 2 and tok.eos_token
+
+
+def test_rehearsal_examples_are_the_first_warmup_games_expert_steps(alfworld_root, train_manifest):  # noqa: F811
+    from seed_core.data import game_path, read_manifest
+    from seed_core.warmup import _walkthrough, expert_examples
+
+    params = params_from_dict({"data": {"alfworld_data": str(alfworld_root)}, "env": {"max_steps": 30, "workers": 0},
+                               "train_analyzer": {"rehearsal_games": 1}})
+    first = read_manifest(train_manifest, alfworld_root)[0]
+    got = rehearsal_examples(params, train_manifest)
+    walkthrough = _walkthrough(game_path(alfworld_root, first.game_id))
+    assert len(got) == len(walkthrough) > 0
+    assert [x["completion"].rsplit("<action>", 1)[1].removesuffix("</action>") for x in got] == walkthrough
+    assert got == [{"prompt": x["prompt"], "completion": x["completion"]}
+                   for x in expert_examples(alfworld_root, [first], params.env, progress=False)]
+    off = params_from_dict({"data": {"alfworld_data": str(alfworld_root)}})
+    assert rehearsal_examples(off, train_manifest) == []  # the paper's setting: skills only
