@@ -115,14 +115,13 @@ def heldout_set(sft_dir: Path) -> tuple[list[Trajectory], dict[str, Skill]]:
     return trajs, reference
 
 
-def rehearsal_examples(params: Params, manifest: Path) -> list[dict]:
+def rehearsal_examples(params: Params, manifest: Path, root: Path) -> list[dict]:
     """Expert (step prompt -> action) examples of the first `train_analyzer.rehearsal_games` warm-up games."""
     from .warmup import expert_examples
 
     n = params.train_analyzer.rehearsal_games
     if not n:
         return []
-    root = data_root(params.data.alfworld_data)
     return [{"prompt": x["prompt"], "completion": x["completion"]}
             for x in expert_examples(root, read_manifest(manifest, root)[:n], params.env, progress=False)]
 
@@ -143,10 +142,12 @@ def run_train_analyzer(
             "metrics/sft_data.json, and check the teacher section of params.yaml"
         )
     trajs, reference = heldout_set(sft_dir)
-    oracle = OracleTeacher(data_root(params.data.alfworld_data))  # reads game files only: the true locations
+    # Resolved before anything imports alfworld, which sets $ALFWORLD_DATA to its own default when unset.
+    root = data_root(params.data.alfworld_data)
+    oracle = OracleTeacher(root)  # reads game files only: the true locations
 
     before, before_skills = measure_analyzer(start_model, trajs, reference, oracle, params, "before")
-    rehearsal = rehearsal_examples(params, rehearsal_manifest)
+    rehearsal = rehearsal_examples(params, rehearsal_manifest, root)
     sft = train_sft(
         Path(start_model),
         [{"prompt": r["prompt"], "completion": r["completion"]} for r in examples["train"]] + rehearsal,

@@ -90,11 +90,11 @@ def test_rehearsal_examples_are_the_first_warmup_games_expert_steps(alfworld_roo
     params = params_from_dict({"data": {"alfworld_data": str(alfworld_root)}, "env": {"max_steps": 30, "workers": 0},
                                "train_analyzer": {"rehearsal_games": 1}})
     first = read_manifest(train_manifest, alfworld_root)[0]
-    got = rehearsal_examples(params, train_manifest)
+    got = rehearsal_examples(params, train_manifest, alfworld_root)
     walkthrough = _walkthrough(game_path(alfworld_root, first.game_id))
     assert len(got) == len(walkthrough) > 0
     assert [x["completion"].rsplit("<action>", 1)[1].removesuffix("</action>") for x in got] == walkthrough
     assert got == [{"prompt": x["prompt"], "completion": x["completion"]}
                    for x in expert_examples(alfworld_root, [first], params.env, progress=False)]
     off = params_from_dict({"data": {"alfworld_data": str(alfworld_root)}})
-    assert rehearsal_examples(off, train_manifest) == []  # the paper's setting: skills only
+    assert rehearsal_examples(off, train_manifest, alfworld_root) == []  # the paper's setting: skills only
