@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .config import GenerationConfig, Params
-from .data import TASK_TYPES, GameEntry, data_root, read_manifest
+from .data import TASK_SHORT, TASK_TYPES, GameEntry, data_root, read_manifest
 from .envs.alfworld import EnvPool
 from .models import load_model, pick_dtype
 from .policy.hf import HFPolicy
@@ -86,9 +86,7 @@ def evaluate_model(
 
 def markdown_table(results: dict[str, dict[str, dict[str, dict[str, float]]]]) -> str:
     """One row per (model, split, mode): per-type success, macro and micro (labelled), invalid rate, length."""
-    short = {t: t.split("_")[0] if t != "pick_two_obj_and_place" else "pick2" for t in TASK_TYPES}
-    short.update({"pick_and_place_simple": "pick", "look_at_obj_in_light": "look"})
-    head = ["model", "split", "mode", *[short[t] for t in TASK_TYPES], "macro avg", "micro avg", "invalid rate", "mean length", "runs"]
+    head = ["model", "split", "mode", *[TASK_SHORT[t] for t in TASK_TYPES], "macro avg", "micro avg", "invalid rate", "mean length", "runs"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model, splits in results.items():
         for split, modes in splits.items():

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import yaml
 
 from . import corpus
-from .data import TASK_TYPES
+from .data import TASK_SHORT, TASK_TYPES
 from .records import atomic_write_text
 
 # two-sided 95% Student-t quantiles t(0.975, df); for df above 30 the next lower tabulated df (conservative)
@@ -49,8 +49,6 @@ T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8
         40: 2.021, 60: 2.000, 120: 1.980}
 CURVES = ("rollout/success_rate", "opd/active_token_ratio", "opd/gate_mean", "opd/gate_gt_half_ratio", "opd/delta_mean",
           "skills/parse_rate", "loss/opd")
-SHORT = {"pick_and_place_simple": "pick", "look_at_obj_in_light": "look", "pick_clean_then_place_in_recep": "clean",
-         "pick_heat_then_place_in_recep": "heat", "pick_cool_then_place_in_recep": "cool", "pick_two_obj_and_place": "pick2"}
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 _SEED_SUFFIX = re.compile(r"^(.*)-s(\d+)$")
 
@@ -279,7 +277,7 @@ def _eval_tables(groups: dict[str, list[Run]], model: str) -> str:
     for split, modes in first.items():
         for mode in modes:
             present = [t for t in TASK_TYPES if any(f"success/{t}" in r.eval[model].get(split, {}).get(mode, {}) for rs in groups.values() for r in rs)]
-            cols = [(f"success/{t}", SHORT[t]) for t in present] + [("success/macro", "macro avg"), ("success/micro", "micro avg"), ("invalid_rate", "invalid rate")]
+            cols = [(f"success/{t}", TASK_SHORT[t]) for t in present] + [("success/macro", "macro avg"), ("success/micro", "micro avg"), ("invalid_rate", "invalid rate")]
             head = "".join(f"<th>{html.escape(c)}</th>" for _, c in cols)
             rows = []
             for method, rs in groups.items():

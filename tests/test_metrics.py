@@ -39,3 +39,4 @@ def test_average_runs_and_table():
     table = markdown_table({"base": {"valid_seen": {"sampled": m}}})
     assert "| base | valid_seen | sampled | – | 75.0 | – | – | – | – | 60.0 | 50.0 | 20.0 | 7.0 | 2 |" in table
     assert "macro avg" in table and "micro avg" in table
+    assert "| model | split | mode | pick | look | clean | heat | cool | pick2 | macro avg |" in table
