@@ -15,7 +15,6 @@ from prefect.cache_policies import NO_CACHE
 from seed_core.rl import INIT, RLRun, run_folder_name
 
 
-
 @task(name="rl-epoch", cache_policy=NO_CACHE)
 def epoch_task(run: RLRun, epoch: int) -> dict:
     return run.run_epoch(epoch)
