@@ -142,7 +142,6 @@ def run_train_analyzer(
             "metrics/sft_data.json, and check the teacher section of params.yaml"
         )
     trajs, reference = heldout_set(sft_dir)
-    # Resolved before anything imports alfworld, which sets $ALFWORLD_DATA to its own default when unset.
     root = data_root(params.data.alfworld_data)
     oracle = OracleTeacher(root)  # reads game files only: the true locations
 

@@ -56,6 +56,17 @@ def data_root(configured: str | None = None, repo: Path | None = None) -> Path:
     return ((repo or Path.cwd()) / REPO_DATA_DIR).resolve()
 
 
+def import_alfworld() -> None:
+    """Import alfworld without its side effect on `data_root`: `alfworld.info` sets $ALFWORLD_DATA to
+    ~/.cache/alfworld when it is unset, so every later `data_root()` in this process would point there instead
+    of at `.alfworld/`. Call before any other alfworld import (the module runs once per process)."""
+    before = os.environ.get("ALFWORLD_DATA")
+    import alfworld.info  # noqa: F401
+
+    if before is None:
+        os.environ.pop("ALFWORLD_DATA", None)
+
+
 def task_type_of(game_id: str) -> str:
     """The task type from the game folder name (`<task_type>-<object>-...`)."""
     folder = game_id.split("/")[1]

@@ -39,7 +39,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Sequence
 
-from seed_core.data import DataError, game_path, how_to_install
+from seed_core.data import DataError, game_path, how_to_install, import_alfworld
 from seed_core.records import Step, Trajectory
 from seed_core.teachers import TeacherAnswer, TeacherStats
 
@@ -141,6 +141,7 @@ def demangled_names(init_facts: list[tuple[str, list[str]]]) -> dict[str, str]:
     The numbering depends on the set of entities (ids of one kind are numbered in reverse sorted order),
     which textworld takes from the arguments of the initial-state facts; so do we, lower-cased as it does.
     """
+    import_alfworld()
     from alfworld.agents.utils.misc import Demangler
 
     ids = sorted({a.lower() for _, args in init_facts for a in args})

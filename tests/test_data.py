@@ -1,5 +1,8 @@
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -74,3 +77,19 @@ def test_truncated_archive_is_refused_and_leaves_nothing(tmp_path):
         install(root, bad)
     assert not root.exists()
     assert [p.name for p in tmp_path.iterdir()] == ["bad.tgz"]  # no staging folder left behind
+
+
+def test_loading_a_game_leaves_the_games_folder_where_it_was(alfworld_root, tmp_path):
+    # alfworld.info sets $ALFWORLD_DATA to ~/.cache/alfworld on import when it is unset; data_root() must still
+    # answer .alfworld/ afterwards. A fresh interpreter, since this one may have imported alfworld already.
+    game = list_games(alfworld_root, "valid_seen")[0]
+    code = (
+        "import os, sys; from pathlib import Path\n"
+        "from seed_core.data import data_root\n"
+        "from seed_core.envs.alfworld import AlfworldGame\n"
+        f"AlfworldGame(Path({str(alfworld_root)!r}), {game!r})\n"
+        "print('ALFWORLD_DATA' in os.environ, data_root(repo=Path('/r')))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "ALFWORLD_DATA"} | {"HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "/r/.alfworld"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..data import game_path, task_type_of
+from ..data import game_path, import_alfworld, task_type_of
 
 BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 TASK_MARKER = "Your task is to: "
@@ -40,6 +40,8 @@ class AlfworldGame:
 
     def __init__(self, data_root: Path, game_id: str):
         import textworld
+
+        import_alfworld()
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 
         self.game_id = game_id
