@@ -122,7 +122,7 @@ class WarmupConfig:
     """LoRA rank; the merged model is written to models/warmup."""
     lora_alpha: int = 32
     max_seq_len: int = 1024
-    """Prompt+response tokens kept per example (longer ones keep their last tokens)."""
+    """Prompt+response tokens per example; longer examples are dropped and counted (sft/data/dropped_too_long)."""
 
     def __post_init__(self) -> None:
         _check(self.epochs > 0, "warmup.epochs", f"must be > 0, got {self.epochs}")
