@@ -263,6 +263,9 @@ class RLConfig:
     """Steps (agent turns) per optimizer step; each is scored in token-capped micro-batches."""
     micro_batch_tokens: int = 4096
     """Padded tokens per forward/backward micro-batch (bounds peak memory)."""
+    gradient_checkpointing: bool = True
+    """Recompute each layer's activations in the backward pass (transformers' own): one ~2,000-token kitchen step
+    alone outgrows any micro-batch cap, and its stored activations took an update from 1.4 to 4.3 GB RSS."""
     clip_eps: float = 0.2
     dual_clip_c: float | None = 3.0
     grad_clip: float = 1.0

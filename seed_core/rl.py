@@ -118,6 +118,8 @@ class Trainer:
             import copy
 
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        if self.cfg.gradient_checkpointing:  # only while training: generation and scoring run in eval mode
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model = model
         self.policy = HFPolicy(model, tokenizer, batch_size=params.rollout.batch_size, max_prompt_tokens=params.rollout.max_prompt_tokens)
         self.trainable = [p for p in model.parameters() if p.requires_grad]
@@ -370,8 +372,11 @@ def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def completed_epochs(run_dir: Path) -> list[Path]:
-    return sorted(p for p in run_dir.glob("epoch_[0-9][0-9][0-9]") if (p / "state.json").exists())
+def completed_epochs(run_dir: Path, upto: int | None = None) -> list[Path]:
+    """The complete epoch folders of a run, in order; with `upto`, only epochs 1..upto. A run folder is shared by
+    every `rl.epochs` value (more epochs extend a finished run), so a run of fewer epochs stops at its own last."""
+    done = sorted(p for p in run_dir.glob("epoch_[0-9][0-9][0-9]") if (p / "state.json").exists())
+    return [p for p in done if upto is None or int(p.name[-3:]) <= upto]
 
 
 def save_epoch(trainer: Trainer, run_dir: Path, epoch: int, corpus: list[dict], updates: list[dict], validation: dict) -> Path:
@@ -498,7 +503,7 @@ class RLRun:
         seed_everything(cfg.seed)
         model, self.tok = load_model(init_dir, dtype=training_dtype(params))
         self.trainer = Trainer(model, self.tok, params, fixed)
-        done = completed_epochs(run_dir)
+        done = completed_epochs(run_dir, cfg.epochs)
         if done:
             load_epoch(self.trainer, done[-1])
             log(f"resuming after {done[-1].name}")
@@ -559,7 +564,7 @@ class RLRun:
         tmp.rename(final_dir)
 
         updates, vals = [], []
-        for ep in completed_epochs(self.run_dir):
+        for ep in completed_epochs(self.run_dir, self.cfg.epochs):
             m = json.loads((ep / "metrics.json").read_text())
             updates += m["updates"]
             vals.append({"epoch": int(ep.name.split("_")[1]), **m["validation"]})

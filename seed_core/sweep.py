@@ -288,12 +288,13 @@ def _cache_file(repo: Path, md5: str) -> Path:
 
 
 def _last_skills(repo: Path, rev: str, params: dict) -> Path | None:
-    """The cached skills.jsonl of the last epoch of the experiment's RL run folder. runs/rl persists across
-    parameter sets, so folders already in the baseline commit are passed over when another one matches."""
-    rl = params.get("rl") or {}
-    prefix = f"{rl.get('method', 'seed')}-{rl.get('advantage', 'grpo')}-s{rl.get('seed', 0)}-"
+    """The cached skills.jsonl of the experiment's last epoch (`rl.epochs`) in its RL run folder. runs/rl persists
+    across parameter sets, so folders already in the baseline commit are passed over when another one matches,
+    and a folder may hold later epochs of a longer run with the same parameters."""
+    rl = params_from_dict(params).rl
+    prefix, last = f"{rl.method}-{rl.advantage}-s{rl.seed}-", f"epoch_{rl.epochs:03d}"
     found = {e["relpath"]: e["md5"] for e in _runs_manifest(repo, rev)
-             if e["relpath"].startswith(prefix) and e["relpath"].endswith("/skills.jsonl")}
+             if e["relpath"].startswith(prefix) and e["relpath"].endswith("/skills.jsonl") and e["relpath"].split("/")[-2] <= last}
     baseline = {e["relpath"].split("/")[0] for e in _runs_manifest(repo, f"{rev}~1")}
     own = {k: v for k, v in found.items() if k.split("/")[0] not in baseline} or found
     if not own:

@@ -137,6 +137,17 @@ def test_one_update_changes_weights_and_lowers_the_loss(fixed_batch, tiny_model_
     assert after < before
 
 
+def test_gradient_checkpointing_changes_memory_not_the_update(fixed_batch, tiny_model_dir):
+    after = {}
+    for ckpt in (False, True):
+        trainer = trainer_for(tiny_model_dir, method="seed", gradient_checkpointing=ckpt)
+        assert trainer.model.is_gradient_checkpointing == ckpt
+        run_update(trainer, fixed_batch, skills_for(fixed_batch, ok=(True, False, True, True)))
+        after[ckpt] = weights(trainer)
+    assert all(torch.allclose(after[False][k], after[True][k], rtol=0, atol=1e-6) for k in after[False])
+    assert any(not torch.equal(after[True][k], v) for k, v in weights(trainer_for(tiny_model_dir)).items())
+
+
 @pytest.mark.fault("numeric")
 def test_nonfinite_updates_are_skipped_then_stop(fixed_batch, tiny_model_dir):
     trainer = trainer_for(tiny_model_dir, method="grpo", max_nonfinite_in_row=2)
@@ -165,6 +176,7 @@ def test_resume_gives_identical_weights_and_refuses_other_params(alfworld_root, 
     first = RLRun(p, tiny_model_dir, mdir, tmp_path / "b")
     first.run_epoch(1)
     first.pool.close()  # "killed" after epoch 1: a new process resumes
+    after_one = weights(first.trainer)
     resumed = RLRun(p, tiny_model_dir, mdir, tmp_path / "b")
     assert resumed.pending() == [2]
     resumed.run_epoch(2)
@@ -172,6 +184,13 @@ def test_resume_gives_identical_weights_and_refuses_other_params(alfworld_root, 
     a, b = weights(whole.trainer), weights(resumed.trainer)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert (tmp_path / "b" / "epoch_002" / "skills.jsonl").read_text() == (tmp_path / "a" / "epoch_002" / "skills.jsonl").read_text()
+
+    # rl.epochs 1 on the same folder (its fingerprint leaves epochs out) is the 1-epoch run, not the 2-epoch one
+    shorter = RLRun(params(method="sdar", sdar_skills="recipes/sdar_skills_alfworld.yaml", epochs=1), tiny_model_dir, mdir, tmp_path / "b")
+    assert shorter.pending() == []
+    assert all(torch.equal(after_one[k], v) for k, v in weights(shorter.trainer).items())
+    summary = shorter.finish(tmp_path / "final", tmp_path / "rl.json", tmp_path / "updates.json")
+    assert summary["updates"] == 1 and [v["epoch"] for v in summary["validation"]] == [1]
 
     with pytest.raises(ValueError, match=r"different parameters \(params.rl.method: 'sdar' -> 'grpo'\)"):
         RLRun(params(method="grpo"), tiny_model_dir, mdir, tmp_path / "b")

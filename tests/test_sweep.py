@@ -26,7 +26,9 @@ os.makedirs("models/rl", exist_ok=True)
 json.dump({"method": p["method"], "seed": p["seed"]}, open("metrics/rl.json", "w"))
 json.dump([{"update": 0, "rollout/success_rate": p["seed"] / 10}], open("metrics/rl_updates.json", "w"))
 open("models/rl/weights.bin", "w").write(p["method"] * 100)
-for epoch in (1, 2):  # like the rl stage: runs/rl/<method>-<advantage>-s<seed>-<hash>/epoch_NNN/skills.jsonl
+# like the rl stage: runs/rl/<method>-<advantage>-s<seed>-<hash>/epoch_NNN/skills.jsonl; epoch 3 stands for a
+# longer run with the same parameters, which shares the folder (params.yaml has rl.epochs 2)
+for epoch in (1, 2, 3):
     run = f"runs/rl/{p['method']}-{p['advantage']}-s{p['seed']}-0123456789/epoch_{epoch:03d}"
     os.makedirs(run, exist_ok=True)
     json.dump({"skill": f"{p['method']} seed {p['seed']} epoch {epoch}"}, open(f"{run}/skills.jsonl", "w"))
