@@ -567,7 +567,7 @@ class RLRun:
         for ep in completed_epochs(self.run_dir, self.cfg.epochs):
             m = json.loads((ep / "metrics.json").read_text())
             updates += m["updates"]
-            vals.append({"epoch": int(ep.name.split("_")[1]), **m["validation"]})
+            vals.append({"epoch": int(ep.name[-3:]), **m["validation"]})
         write_json(plots_path, updates)
         keys = sorted({k for u in updates for k in u if k.startswith(("opd/", "skills/"))})
         summary = {
