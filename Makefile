@@ -9,7 +9,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: setup install data run test bench serve clean
+.PHONY: setup install data run test test-fast lint bench serve clean
 setup: install data
 
 install: $(VENV)/.installed
@@ -28,8 +28,17 @@ data: install
 run: setup
 	$(BIN)/dvc repro
 
+# the full suite (what CI runs): real games, real SmolLM2, Prefect, DVC, the kill -9 chains (~25 min on 2 cores)
 test: setup
 	$(BIN)/python -m pytest -q -ra
+
+# the everyday lane: tests/unit needs neither games nor a model (under 2 minutes)
+test-fast: install
+	$(BIN)/python -m pytest -q -ra tests/unit
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: setup
 	$(BIN)/dvc repro train_analyzer

@@ -3,7 +3,8 @@
 One batch (B games x N rollouts, the embedded default's settings) is collected once and saved. Each
 measurement then runs in its own process (so peak RSS is its own), from the same starting weights:
 - grpo: re-scoring (reference) + the PPO update;
-- seed: analysis by pi_old + re-scoring (reference and skill contexts) + the PPO+OPD update;
+- seed: analysis by pi_old + re-scoring (reference and skill contexts) + the PPO+OPD update
+  (both through `Trainer.learn`, the RL stage's own steps 3-6);
 - rescore: the skill-context re-scoring pass alone, versus
 - forward: a plain full-logits forward pass over the same prompt+response tokens.
 The SEED/GRPO ratio is reported for the update alone and for the whole update including the shared collection.
@@ -27,13 +28,15 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from seed_core.config import load_params  # noqa: E402
-from seed_core.data import data_root, read_manifest  # noqa: E402
-from seed_core.envs.alfworld import EnvPool  # noqa: E402
+from seed_core.envs import open_pool  # noqa: E402
+from seed_core.envs.alfworld.data import data_root, read_manifest  # noqa: E402
+from seed_core.method.rescore import score_steps, step_tokens  # noqa: E402
+from seed_core.method.update import Trainer  # noqa: E402
 from seed_core.models import load_model  # noqa: E402
 from seed_core.records import Trajectory, read_jsonl, write_jsonl  # noqa: E402
-from seed_core.rescore import score_steps, step_tokens  # noqa: E402
-from seed_core.rl import INIT, Trainer, games_for_update, peak_rss_mb, training_dtype  # noqa: E402
 from seed_core.rollout import play  # noqa: E402
+from seed_core.runtime import peak_rss_mb  # noqa: E402
+from seed_core.stages.rl import INIT, games_for_update, training_dtype  # noqa: E402
 
 
 def trainer(params, model_dir, method):
@@ -49,10 +52,7 @@ def worker(mode: str, params_path: str, model_dir: Path, batch_path: Path) -> di
     start = time.perf_counter()
     out: dict = {}
     if mode in ("grpo", "seed"):
-        skills, m = t.analyze(trajs, 0)
-        batch = t.rescore(trajs, skills)
-        batch.advantage = t.advantages(trajs, batch.steps)
-        m.update(t.optimize(batch, 0))
+        m, _ = t.learn(trajs, 0)  # steps 3-6, exactly as the RL stage runs them
         out["metrics"] = {k: v for k, v in m.items() if k.startswith(("opd/", "skills/"))}
     else:
         skills = ["Go to the places where the object usually is first, take it, then finish the task."] * len(trajs)
@@ -89,7 +89,7 @@ def main() -> None:
     root = data_root(params.data.alfworld_data, REPO)
     train = read_manifest(REPO / "data/manifests/train.json", root)
     t = trainer(params, model_dir, "grpo")
-    with EnvPool(root, params.env.workers) as pool:
+    with open_pool(root, params.env.workers) as pool:
         start = time.perf_counter()
         trajs = play(t.policy, pool, games_for_update(train, params.rl, 0), group_size=params.rl.group_size,
                      env=params.env, gen=params.rollout, seed=0, tag="bench", progress=False)

@@ -22,12 +22,12 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from seed_core.config import EnvConfig, GenerationConfig  # noqa: E402
-from seed_core.data import data_root, list_games, stratified_subset, write_manifest  # noqa: E402
-from seed_core.envs.alfworld import AlfworldGame, EnvPool  # noqa: E402
+from seed_core.config import EnvConfig, SamplingConfig  # noqa: E402
+from seed_core.envs.alfworld.data import data_root, list_games, stratified_subset, write_manifest  # noqa: E402
+from seed_core.envs.alfworld.env import AlfworldGame, EnvPool  # noqa: E402
+from seed_core.method.prompts import step_prompt  # noqa: E402
 from seed_core.models import load_model, pick_dtype  # noqa: E402
 from seed_core.policy.hf import HFPolicy  # noqa: E402
-from seed_core.prompts import step_prompt  # noqa: E402
 from seed_core.rollout import STOP, play  # noqa: E402
 
 
@@ -67,7 +67,7 @@ def ours_tps(policy: HFPolicy, prompts: list[str], max_new: int) -> float:
 
 def rollout_rates(policy, root, entries, episodes: int, max_steps: int, max_new: int) -> tuple[float, float]:
     env = EnvConfig(max_steps=max_steps, history_length=5, workers=2)
-    gen = GenerationConfig(temperature=1.0, max_new_tokens=max_new, batch_size=16)
+    gen = SamplingConfig(temperature=1.0, max_new_tokens=max_new, batch_size=16)
     with EnvPool(root, env.workers) as pool:
         pool.reset([e.game_id for e in entries[:episodes]])  # warm the worker caches: loading is not stepping
         steps = tokens = 0

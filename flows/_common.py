@@ -10,6 +10,8 @@ import os
 import sys
 from pathlib import Path
 
+import yaml
+
 # A flow run without a Prefect server starts a temporary local one; on 2-core machines its first start
 # (database migrations) needs more than the default timeout, and analytics make SQLite lock.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -21,7 +23,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from seed_core.config import ConfigError, load_params  # noqa: E402
-from seed_core.data import DataError  # noqa: E402
+from seed_core.envs.alfworld.data import DataError  # noqa: E402
 from seed_core.models import ModelError  # noqa: E402
 from seed_core.records import StorageError  # noqa: E402
 from seed_core.runtime import setup  # noqa: E402
@@ -33,6 +35,22 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--params", default="params.yaml", help="parameter file (default: params.yaml)")
     return p
+
+
+def cli(flow, run=None, help: dict[str, str] | None = None) -> None:
+    """The command line of a stage flow, built from the flow's signature: every parameter with a default becomes
+    `--kebab-case` with that default (list parameters are repeatable), so paths are written once, in the flow.
+    `run` (default: the flow) is what is called with the parsed arguments."""
+    import inspect
+
+    fn = getattr(flow, "fn", flow)
+    ap = argparse.ArgumentParser(description=sys.modules[fn.__module__].__doc__)
+    for name, prm in inspect.signature(fn).parameters.items():
+        text = (help or {}).get(name, "parameter file" if name == "params" else "")
+        text = f"{text} (default: {prm.default})".strip()
+        multiple = {"action": "append"} if "list" in str(prm.annotation) else {}
+        ap.add_argument(f"--{name.replace('_', '-')}", default=prm.default, help=text, **multiple)
+    main(run or flow, ap.parse_args())
 
 
 def load(params_path: str):
@@ -61,14 +79,20 @@ def publish(key: str, markdown: str) -> None:
     create_markdown_artifact(key=key, markdown=markdown)
 
 
-def record_stage(stage: str, outputs: list[str], params_sections: list[str], params: str = "params.yaml", inputs: dict | None = None) -> None:
-    """Write `<output>.lineage.json` next to each output (see seed_core/lineage.py): code revision, time, the
-    resolved values of the stage's params sections (as dvc.yaml lists them), the Prefect flow run id, and
-    `inputs` read from outside the pipeline. Called last in each stage flow, once its outputs exist."""
+def stage_params(stage: str) -> list[str]:
+    """The params sections (or dotted keys) that dvc.yaml tracks for `stage`: what its lineage records."""
+    spec = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"][stage]
+    return [k for k in spec.get("do", spec).get("params", []) if isinstance(k, str)]
+
+
+def record_stage(stage: str, outputs: list[str], params: str = "params.yaml", inputs: dict | None = None) -> None:
+    """Write `<output>.lineage.json` next to each output (see seed_core/tools/lineage.py): code revision, time, the
+    resolved values of the params dvc.yaml tracks for the stage, the Prefect flow run id, and `inputs` read from
+    outside the pipeline. Called last in each stage flow, once its outputs exist."""
     from prefect.runtime import flow_run
 
     from seed_core.config import to_dict
-    from seed_core.lineage import select_params, write_lineage
+    from seed_core.tools.lineage import select_params, write_lineage
 
-    resolved = select_params(to_dict(load_params(params)), params_sections)
+    resolved = select_params(to_dict(load_params(params)), stage_params(stage))
     write_lineage(stage, outputs, resolved, inputs=inputs, flow_run_id=flow_run.id)

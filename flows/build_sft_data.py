@@ -6,11 +6,11 @@ import json
 import sys
 from pathlib import Path
 
-from _common import load, main, parser, publish, record_stage
 from prefect import flow, get_run_logger
 
-from seed_core.sft_data import check_teacher_key, preview_records, run_build_sft_data
-from seed_core.teachers import MissingAPIKeyError
+from _common import cli, load, publish, record_stage
+from seed_core.method.teachers import MissingAPIKeyError
+from seed_core.stages.build_sft_data import check_teacher_key, preview_records, run_build_sft_data
 from seed_core.tracking import track_stage
 
 SAMPLES = 3
@@ -39,7 +39,7 @@ def build_sft_data(
     result = run_build_sft_data(p, Path(manifest), Path(model), Path(out_dir), Path(metrics))
     get_run_logger().info("SFT data: %s", json.dumps(result))
     publish("build-sft-data", report(result, preview_records(out_dir)))
-    record_stage("build_sft_data", [out_dir, metrics], ["model.dtype", "env", "rollout", "teacher", "build_sft_data"], params)
+    record_stage("build_sft_data", [out_dir, metrics], params)
     track_stage("build_sft_data", p, result)
     return result
 
@@ -55,9 +55,4 @@ def run(**kw) -> None:
 
 
 if __name__ == "__main__":
-    ap = parser(__doc__)
-    ap.add_argument("--manifest", default="data/manifests/train.json")
-    ap.add_argument("--model", default="models/warmup", help="the policy rolled out (the warmed-up or base model)")
-    ap.add_argument("--out-dir", default="data/sft")
-    ap.add_argument("--metrics", default="metrics/sft_data.json")
-    main(run, ap.parse_args())
+    cli(build_sft_data, run, help={"model": "the policy rolled out (the warmed-up or base model)"})

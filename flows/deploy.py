@@ -13,9 +13,10 @@ import importlib
 from pathlib import Path
 
 import yaml
-from _common import REPO
 from prefect import serve
 from prefect.schedules import Cron, Interval
+
+from _common import REPO
 
 
 def _schedule(spec: dict):

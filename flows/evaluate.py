@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _common import load, main, parser, publish, record_stage
 from prefect import flow, get_run_logger
 
-from seed_core.evaluate import run_evaluate
+from _common import cli, load, publish, record_stage
+from seed_core.stages.evaluate import run_evaluate
 from seed_core.tracking import track_stage
 
 
@@ -30,17 +30,10 @@ def evaluate(
     text = Path(table).read_text()
     get_run_logger().info("\n%s", text)
     publish("evaluate", "## evaluate\n\n" + text)
-    record_stage("evaluate", [trajectories, table, metrics], ["model.dtype", "env", "evaluate"], params)
+    record_stage("evaluate", [trajectories, table, metrics], params)
     track_stage("evaluate", p, results)
     return results
 
 
 if __name__ == "__main__":
-    ap = parser(__doc__)
-    ap.add_argument("--model", action="append", default=None,
-                    help="NAME=PATH of a model to evaluate (repeatable; default: models/<name> for each of evaluate.models)")
-    ap.add_argument("--manifest-dir", default="data/manifests")
-    ap.add_argument("--metrics", default="metrics/eval.json")
-    ap.add_argument("--table", default="metrics/eval.md")
-    ap.add_argument("--trajectories", default="data/eval")
-    main(evaluate, ap.parse_args())
+    cli(evaluate, help={"model": "NAME=PATH of a model to evaluate (repeatable; default: models/<name> for each of evaluate.models)"})

@@ -17,11 +17,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from _common import REPO, main, parser  # sets Prefect defaults first
 from prefect import flow, get_run_logger, task
 from prefect.runtime import flow_run
 
-from seed_core.sweep import check_params, parse_set_params
+from _common import REPO, main, parser  # sets Prefect defaults first
+from seed_core.tools.sweep import check_params, parse_set_params
 from seed_core.tracking import Tracker
 
 ERROR_LINES = 8

@@ -4,11 +4,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _common import load, main, parser, publish, record_stage
 from prefect import flow, get_run_logger
 
-from seed_core.data import data_root
-from seed_core.prepare import check_model_source, run_prepare
+from _common import cli, load, publish, record_stage
+from seed_core.envs.alfworld.data import data_root
+from seed_core.stages.prepare import check_model_source, run_prepare
 from seed_core.tracking import track_stage
 
 
@@ -18,7 +18,7 @@ def prepare(params: str = "params.yaml", model_dir: str = "models/base", manifes
     counts = run_prepare(p, Path(model_dir), Path(manifest_dir))
     get_run_logger().info("manifests written: %s", counts)
     publish("prepare", "## prepare\n\nGames per manifest:\n```\n" + json.dumps(counts, indent=2) + "\n```")
-    record_stage("prepare", [model_dir, manifest_dir], ["data", "model", "prepare"], params,
+    record_stage("prepare", [model_dir, manifest_dir], params,
                  inputs={"alfworld_data": str(data_root(p.data.alfworld_data)), "base_model": p.model.name_or_path})
     track_stage("prepare", p, counts)
     return counts
@@ -31,7 +31,4 @@ def run(**kw) -> None:
 
 
 if __name__ == "__main__":
-    ap = parser(__doc__)
-    ap.add_argument("--model-dir", default="models/base")
-    ap.add_argument("--manifest-dir", default="data/manifests")
-    main(run, ap.parse_args())
+    cli(prepare, run)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from _common import load, main, parser, publish, record_stage
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from seed_core.rl import INIT, RLRun, run_folder_name
+from _common import cli, load, publish, record_stage
+from seed_core.stages.rl import INIT, RLRun, run_folder_name
 
 
 @task(name="rl-epoch", cache_policy=NO_CACHE)
@@ -40,15 +40,9 @@ def rl(
     summary = run.finish(Path(out_dir), Path(metrics), Path(plots))
     rows = "\n".join(f"| {k} | {v:.4g} |" for k, v in summary["mean_over_updates"].items())
     publish("rl", f"## rl ({p.rl.method}, {p.rl.advantage})\n\nrun folder `{run_dir}`\n\n| metric (mean over updates) | value |\n|---|---|\n{rows}\n")
-    record_stage("rl", [runs_dir, out_dir, plots, metrics], ["model.dtype", "env", "rollout", "rl"], params, inputs={"run_dir": str(run_dir)})
+    record_stage("rl", [runs_dir, out_dir, plots, metrics], params, inputs={"run_dir": str(run_dir)})
     return summary
 
 
 if __name__ == "__main__":
-    ap = parser(__doc__)
-    ap.add_argument("--manifest-dir", default="data/manifests")
-    ap.add_argument("--runs-dir", default="runs/rl")
-    ap.add_argument("--out-dir", default="models/rl")
-    ap.add_argument("--metrics", default="metrics/rl.json")
-    ap.add_argument("--plots", default="metrics/rl_updates.json")
-    main(rl, ap.parse_args())
+    cli(rl)

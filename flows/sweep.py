@@ -6,11 +6,11 @@ then fails naming the failed runs.
 """
 from __future__ import annotations
 
-from _common import REPO, main, parser, publish
 from prefect import flow, get_run_logger
 from prefect.runtime import flow_run
 
-from seed_core.sweep import report, run_sweep
+from _common import REPO, main, parser, publish
+from seed_core.tools.sweep import report, run_sweep
 
 
 class SweepError(RuntimeError):

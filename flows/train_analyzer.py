@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from _common import load, main, parser, publish, record_stage
 from prefect import flow, get_run_logger
 
-from seed_core.analyzer import run_train_analyzer
+from _common import cli, load, publish, record_stage
+from seed_core.stages.train_analyzer import run_train_analyzer
 from seed_core.tracking import track_stage
 
 SAMPLES = 3
@@ -47,16 +47,10 @@ def train_analyzer(
     get_run_logger().info("analyzer: %s", json.dumps(result))
     rows = [json.loads(line) for line in Path(heldout).read_text(encoding="utf-8").splitlines() if line.strip()]
     publish("train-analyzer", report(result, rows))
-    record_stage("train_analyzer", [out_dir, metrics, heldout], ["model.dtype", "env", "rollout", "build_sft_data", "train_analyzer"], params)
+    record_stage("train_analyzer", [out_dir, metrics, heldout], params)
     track_stage("train_analyzer", p, result)
     return result
 
 
 if __name__ == "__main__":
-    ap = parser(__doc__)
-    ap.add_argument("--sft-data", default="data/sft")
-    ap.add_argument("--start-model", default="models/warmup", help="the model fine-tuned (and measured before SFT)")
-    ap.add_argument("--out-dir", default="models/analyzer")
-    ap.add_argument("--metrics", default="metrics/train_analyzer.json")
-    ap.add_argument("--heldout", default="metrics/train_analyzer_heldout.jsonl")
-    main(train_analyzer, ap.parse_args())
+    cli(train_analyzer, help={"start_model": "the model fine-tuned (and measured before SFT)"})

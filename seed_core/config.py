@@ -5,7 +5,9 @@ allowed, so a typo in a recipe fails in a second, not after an hour of rollouts.
 """
 from __future__ import annotations
 
+import ast
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -13,6 +15,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+
+Method = Literal["grpo", "seed", "grpo_opsd", "sdar"]
+METHODS: tuple[str, ...] = typing.get_args(Method)
+"""Every `rl.method`; `seed_core.method.update.method_spec` turns each into switches."""
 
 
 class ConfigError(ValueError):
@@ -90,13 +96,13 @@ class EnvConfig:
 
 
 @dataclass(frozen=True)
-class GenerationConfig:
+class SamplingConfig:
     temperature: float = 1.0
     """Sampling temperature (paper: 1.0 for RL rollouts); 0 is greedy."""
     top_p: float = 1.0
-    """Nucleus sampling mass."""
+    """Nucleus sampling mass (1.0: off); ignored when temperature is 0."""
     max_new_tokens: int = 512
-    """Response cap per step (paper: 512); a response cut here without </action> is an invalid step."""
+    """Response cap per step (paper: 512); a response cut here without `</action>` is an invalid step."""
     max_prompt_tokens: int = 2048
     """Prompts longer than this keep their last tokens (paper: 2,048)."""
     batch_size: int = 16
@@ -114,13 +120,17 @@ class WarmupConfig:
     enabled: bool = False
     """Behaviour-cloning SFT on expert walkthrough steps before anything else (for tiny models only)."""
     seed: int = 0
+    """Seed of the held-out evaluation games' draw and of the SFT run (data order, LoRA init)."""
     epochs: float = 2.0
     """Passes over the expert steps."""
     learning_rate: float = 2e-4
+    """Peak learning rate of the warm-up SFT (cosine schedule, 5 % linear warm-up)."""
     batch_size: int = 8
+    """Examples per optimizer step (on a CPU, gradient accumulation over single examples)."""
     lora_r: int = 16
     """LoRA rank; the merged model is written to models/warmup."""
     lora_alpha: int = 32
+    """LoRA scaling numerator: adapter updates are scaled by lora_alpha / lora_r."""
     max_seq_len: int = 1024
     """Prompt+response tokens per example; longer examples are dropped and counted (sft/data/dropped_too_long)."""
 
@@ -141,8 +151,8 @@ class EvaluateConfig:
     """Sampling temperature of the `sampled` mode."""
     sampled_runs: int = 3
     """Seeds of the sampled mode; success is averaged over them."""
-    generation: GenerationConfig = field(default_factory=lambda: GenerationConfig(temperature=0.4))
-    """Decoding caps (temperature is set per mode)."""
+    generation: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.4))
+    """The evaluate stage's decoding caps; its temperature is unused (each mode sets its own)."""
     models: tuple[Literal["base", "warmup", "rl"], ...] = ("base", "warmup", "rl")
     """The pipeline's models (`models/<name>`) the evaluate stage scores, side by side. A sweep comparing RL
     runs needs only `rl`: base and warm-up are the same in every run."""
@@ -170,10 +180,13 @@ class TeacherConfig:
     api_key_env: str = "SEED_TEACHER_API_KEY"
     """`openai`: NAME of the environment variable holding the key (the key itself never goes in params)."""
     temperature: float = 0.0
+    """`openai`: sampling temperature of the teacher (paper: 0); part of the answer cache's key."""
     max_tokens: int = 4096
+    """`openai`: answer cap in tokens (paper: 4,096); part of the answer cache's key."""
     concurrency: int = 4
     """`openai`: requests in flight at once."""
     timeout_s: float = 120.0
+    """`openai`: seconds one request may take before it counts as a timeout (and is retried)."""
     max_retries: int = 5
     """`openai`: retries on timeouts, 429 and 5xx, with exponential backoff."""
     cache_dir: str = "data/teacher_cache"
@@ -196,6 +209,7 @@ class TeacherConfig:
 @dataclass(frozen=True)
 class SFTDataConfig:
     seed: int = 0
+    """Seed of the validation-game draw and of the rollouts (chunk c samples with seed * 1009 + c)."""
     games: int = 8
     """M: training games rolled out (the train manifest's first M, taken round-robin over task types; paper 180)."""
     samples: int = 2
@@ -214,15 +228,19 @@ class SFTDataConfig:
 @dataclass(frozen=True)
 class AnalyzerSFTConfig:
     seed: int = 0
+    """Seed of the SFT run (data order, LoRA init)."""
     epochs: float = 3.0
     """Paper: 3."""
     learning_rate: float = 2e-4
     """Unpublished in the paper; 2e-4 suits LoRA, use ~1e-5 for full fine-tuning."""
     batch_size: int = 4
+    """Examples per optimizer step (unpublished in the paper; on a CPU, accumulated one example at a time)."""
     lora_r: int | None = 16
     """LoRA rank; null for full fine-tuning. A LoRA run also writes the merged model."""
     lora_alpha: int = 32
+    """LoRA scaling numerator: adapter updates are scaled by lora_alpha / lora_r; unused when lora_r is null."""
     max_seq_len: int = 2048
+    """Prompt+answer tokens per example; longer examples are dropped and counted, not truncated."""
     analyzer_max_new_tokens: int = 256
     """Answer cap when measuring the analyzer's parse rate before and after SFT."""
     rehearsal_games: int = 0
@@ -240,7 +258,9 @@ class AnalyzerSFTConfig:
 @dataclass(frozen=True)
 class RLConfig:
     seed: int = 0
-    method: Literal["grpo", "seed", "grpo_opsd", "sdar"] = "seed"
+    """Seed of the game draws, rollout sampling, LoRA init and mini-batch shuffles; names the run folder
+    (`-s<seed>`)."""
+    method: Method = "seed"
     """grpo (no OPD), seed (self skills, gated OPD), grpo_opsd (gate fixed at 0.5), sdar (fixed skill per task type)."""
     advantage: Literal["grpo", "gigpo"] = "grpo"
     """Trajectory-level GRPO, or GiGPO (episode + step-level anchor-state advantage)."""
@@ -249,6 +269,7 @@ class RLConfig:
     epochs: int = 2
     """Checkpointed, resumable units of `updates_per_epoch` updates each."""
     updates_per_epoch: int = 2
+    """Policy updates per epoch; the run makes epochs x updates_per_epoch updates (paper: 150 in all)."""
     games_per_update: int = 2
     """B: games per update (paper 16)."""
     group_size: int = 4
@@ -258,7 +279,10 @@ class RLConfig:
     lora_r: int | None = 16
     """LoRA rank; null for full fine-tuning (paper)."""
     lora_alpha: int = 32
+    """LoRA scaling numerator: adapter updates are scaled by lora_alpha / lora_r; unused when lora_r is null."""
     ppo_epochs: int = 1
+    """Passes over each update's steps, one optimizer step per mini-batch (paper recipe: 1); with 1 pass over a
+    single mini-batch the separate pi_old scoring pass is skipped."""
     mini_batch_steps: int = 16
     """Steps (agent turns) per optimizer step; each is scored in token-capped micro-batches."""
     micro_batch_tokens: int = 4096
@@ -267,22 +291,33 @@ class RLConfig:
     """Recompute each layer's activations in the backward pass (transformers' own): one ~2,000-token kitchen step
     alone outgrows any micro-batch cap, and its stored activations took an update from 1.4 to 4.3 GB RSS."""
     clip_eps: float = 0.2
+    """PPO clip range eps: the probability ratio is clipped to [1 - eps, 1 + eps] (paper: 0.2)."""
     dual_clip_c: float | None = 3.0
+    """Dual-clip constant c (> 1): for negative advantages the token loss is capped at -c * A, bounding the
+    loss of a very large ratio (the paper's lineage: 3); null disables it."""
     grad_clip: float = 1.0
+    """Maximum global gradient norm per optimizer step (paper: 1.0)."""
     kl_coef: float = 0.01
-    """Low-variance KL (k3) to the reference model (the adapter-off model for LoRA runs)."""
+    """Weight of the low-variance KL (k3) to the reference model (the adapter-off model for LoRA runs); paper 0.01."""
     entropy_coef: float = 0.0
     """Entropy bonus weight; must stay 0 (the paper's value): the memory-lean scorer never builds the
     full-vocabulary distributions an entropy needs."""
     adv_norm: Literal["mean_std", "mean"] = "mean_std"
+    """Group normalization of the advantages: `mean_std`, (R - mean) / (std + eps) as in the paper, or `mean`
+    (no division by the std); GiGPO's step level uses the same."""
     opd_lambda: float = 0.01
     """λ: weight of the gated OPD loss (paper 0.01); ignored by grpo."""
     opd_beta: float = 5.0
     """β: gate sharpness, g = sigmoid(β·Δ) (paper 5)."""
     gigpo_gamma: float = 0.95
+    """GiGPO: discount gamma of the step-level returns-to-go (GiGPO: 0.95); unused with `advantage: grpo`."""
     gigpo_omega: float = 1.0
+    """GiGPO: weight omega of the step advantage added to the episode advantage (GiGPO: 1); unused with
+    `advantage: grpo`."""
     max_skill_chars: int = 600
+    """Self-written skills and summaries longer than this are truncated (counted in `skills/truncated`)."""
     analyzer_max_new_tokens: int = 256
+    """Answer cap of pi_old writing a trajectory's skill at each update (it also stops at the first `}`)."""
     sdar_skills: str = "recipes/sdar_skills_alfworld.yaml"
     """sdar: one hand-written skill per task type."""
     max_nonfinite_in_row: int = 3
@@ -306,16 +341,28 @@ class RLConfig:
 @dataclass(frozen=True)
 class Params:
     data: DataConfig = field(default_factory=DataConfig)
+    """Where the ALFWorld games are."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """The base model."""
     prepare: PrepareConfig = field(default_factory=PrepareConfig)
+    """The `prepare` stage: which games go into the fixed manifests."""
     env: EnvConfig = field(default_factory=EnvConfig)
-    rollout: GenerationConfig = field(default_factory=GenerationConfig)
+    """The ALFWorld environment: episode length, prompt history, rewards."""
+    rollout: SamplingConfig = field(default_factory=SamplingConfig)
+    """Sampling of the training rollouts (build_sft_data, rl); its batch_size and max_prompt_tokens also serve
+    the analyzers and the RL validation."""
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
+    """The optional behaviour-cloning warm-up SFT."""
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    """The `evaluate` stage."""
     teacher: TeacherConfig = field(default_factory=TeacherConfig)
+    """Who writes the Stage-1 skills."""
     build_sft_data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    """Stage-1 data: rollouts of the base policy, each labelled with a skill by the teacher."""
     train_analyzer: AnalyzerSFTConfig = field(default_factory=AnalyzerSFTConfig)
+    """Stage-1 SFT: the policy learns to write skills."""
     rl: RLConfig = field(default_factory=RLConfig)
+    """Stage 2: SEED or a baseline."""
 
 
 # ---------------------------------------------------------------- loading
@@ -371,7 +418,20 @@ def _build(cls: type, raw: dict[str, Any], prefix: str) -> Any:
         if k not in names:
             where = f"{prefix}.{k}" if prefix else k
             raise ConfigError(f"params: unknown key `{where}`; allowed keys here: {sorted(names)}")
-    return cls(**{k: _coerce(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in raw.items()})
+    values = {k: _coerce(v, hints[k], f"{prefix}.{k}" if prefix else k) for k, v in raw.items()}
+    try:
+        return cls(**values)
+    except ConfigError as e:
+        raise _prefixed(e, cls, prefix) from None
+
+
+def _prefixed(err: ConfigError, cls: type, prefix: str) -> ConfigError:
+    """`err` naming the full dotted key: a section used in several places (`SamplingConfig` as `rollout` and as
+    `evaluate.generation`) checks its fields under their bare names, which get `prefix` here."""
+    m = re.match(r"params: `([^`]+)`", str(err))
+    if not prefix or m is None or m.group(1) not in {f.name for f in dataclasses.fields(cls)}:
+        return err
+    return ConfigError(f"params: `{prefix}.{m.group(1)}`{str(err)[m.end():]}")
 
 
 def params_from_dict(raw: dict[str, Any] | None) -> Params:
@@ -394,3 +454,92 @@ def load_params(path: str | Path = "params.yaml") -> Params:
 
 def to_dict(params: Any) -> dict[str, Any]:
     return dataclasses.asdict(params)
+
+
+# ---------------------------------------------------------------- documentation
+
+
+def _field_docstrings() -> dict[str, dict[str, str]]:
+    """{class name: {field: docstring}} read from this file: a field's docstring is the string literal right under
+    it, which Python keeps nowhere at run time."""
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    docs: dict[str, dict[str, str]] = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef):
+            continue
+        fields = docs.setdefault(node.name, {})
+        for stmt, nxt in zip(node.body, node.body[1:]):
+            if (
+                isinstance(stmt, ast.AnnAssign)
+                and isinstance(stmt.target, ast.Name)
+                and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant)
+                and isinstance(nxt.value.value, str)
+            ):
+                fields[stmt.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _type_text(tp: Any) -> str:
+    """An annotation as a params file writer reads it: `int | None`, `'grpo' | 'gigpo'`, `list['base' | 'rl']`."""
+    origin = typing.get_origin(tp)
+    if tp is type(None):
+        return "null"
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_text(a) for a in typing.get_args(tp))
+    if origin is tuple:
+        return f"list[{_type_text(typing.get_args(tp)[0])}]"
+    return _type_name(tp)
+
+
+def _value_text(value: Any) -> str:
+    """A default as it is written in params.yaml."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value_text(v) for v in value) + "]"
+    if isinstance(value, str):
+        return value if value else '""'
+    return repr(value)
+
+
+def field_docs() -> list[tuple[str, str, str, str]]:
+    """(dotted key, type, default, doc) of every leaf parameter, in declaration order, nested sections included
+    (`evaluate.generation.top_p`). A leaf of a nested section also carries the nested field's own doc. A field
+    without a docstring has doc ''."""
+    docs = _field_docstrings()
+    rows: list[tuple[str, str, str, str]] = []
+
+    def walk(obj: Any, prefix: str, context: str) -> None:
+        cls = type(obj)
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            key = f"{prefix}.{f.name}" if prefix else f.name
+            doc = docs.get(cls.__name__, {}).get(f.name, "")
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(hints[f.name]):
+                # a top-level section's doc describes the section; a nested one's qualifies each of its leaves
+                walk(value, key, f"`{key}`: {doc}" if prefix and doc else "")
+            else:
+                doc = f"{doc} — {context}" if doc and context else doc
+                rows.append((key, _type_text(hints[f.name]), _value_text(value), doc))
+
+    walk(Params(), "", "")
+    return rows
+
+
+def explain_markdown() -> str:
+    """Every parameter as a markdown table `| key | type | default | meaning |` (what `seed params --explain`
+    prints and README.md embeds)."""
+
+    def cell(text: str) -> str:
+        return text.replace("|", "\\|")
+
+    lines = ["| key | type | default | meaning |", "|---|---|---|---|"]
+    for key, tp, default, doc in field_docs():
+        lines.append(f"| `{cell(key)}` | `{cell(tp)}` | `{cell(default)}` | {cell(doc)} |")
+    return "\n".join(lines) + "\n"

@@ -1,7 +1,8 @@
 """On-disk records passed between stages: Step, Trajectory, Skill.
 
-Records are plain dataclasses written as JSON lines. Every writer goes through `write_jsonl`, which writes
-to a temporary file and renames it, so a killed stage never leaves a half-written file behind.
+Records are plain dataclasses written as JSON lines. Every file goes through `atomic_write_text` and every
+folder through `publish_dir`: both write under a temporary name and rename, so a killed stage never leaves a
+half-written output behind. RL run folders hold one `epoch_NNN/` per checkpointed epoch (`epoch_dir`).
 """
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import dataclasses
 import errno
 import json
 import os
+import re
+import shutil
 import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 
 @dataclass
@@ -49,7 +53,7 @@ class Trajectory:
     steps: list[Step] = field(default_factory=list)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Trajectory":
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
         d = dict(d)
         d["steps"] = [Step(**s) for s in d.get("steps", [])]
         return cls(**d)
@@ -71,11 +75,16 @@ class Skill:
     prompt_hash: str
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Skill":
+    def from_dict(cls, d: dict[str, Any]) -> Skill:
         return cls(**d)
 
 
 R = TypeVar("R", Trajectory, Skill)
+
+
+class DataError(RuntimeError):
+    """Input data missing, incomplete or changed (game files, manifests, an earlier stage's output); the message
+    says how to fix it."""
 
 
 class StorageError(OSError):
@@ -175,3 +184,49 @@ def read_jsonl(path: str | os.PathLike, cls: type[R]) -> Iterator[R]:
             except (ValueError, TypeError, AttributeError, KeyError) as e:  # JSONDecodeError is a ValueError
                 raise corrupt(i, e) from e
             yield record
+
+
+def publish_dir(out_dir: str | os.PathLike, write: Callable[[Path], None]) -> Path:
+    """Run `write(tmp)` on a fresh temp folder beside `out_dir`, then rename it to `out_dir` (replacing it).
+
+    Every stage that writes a folder goes through here. A failure anywhere (in `write`, disk full, read-only
+    folder, an interrupt) leaves no temp folder behind and the previous `out_dir`, if any, as it was; an OSError
+    is raised as a StorageError naming the folder and the fix."""
+    out_dir = Path(out_dir)
+    tmp = None
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".tmp", dir=out_dir.parent))
+        write(tmp)
+        tmp.chmod(0o755)
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        tmp.rename(out_dir)
+    except OSError as e:
+        if isinstance(e, StorageError):
+            raise
+        raise storage_error(out_dir, e) from e
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+_EPOCH = re.compile(r"^epoch_(\d{3})$")
+
+
+def epoch_dir(run_dir: str | os.PathLike, epoch: int) -> Path:
+    """`<run_dir>/epoch_NNN`: the folder of one checkpointed RL epoch (1-based)."""
+    return Path(run_dir) / f"epoch_{epoch:03d}"
+
+
+def epoch_of(path: str | os.PathLike) -> int | None:
+    """The epoch number of an `epoch_NNN` folder, or None when `path` is not one."""
+    m = _EPOCH.match(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+def epoch_dirs(run_dir: str | os.PathLike, upto: int | None = None) -> list[Path]:
+    """The complete epoch folders of a run (those with a state.json), in order; with `upto`, epochs 1..upto."""
+    done = sorted(p for p in Path(run_dir).glob("epoch_[0-9][0-9][0-9]") if (p / "state.json").exists())
+    return [p for p in done if upto is None or epoch_of(p) <= upto]

@@ -3,20 +3,21 @@
 Every live episode of every group advances one step per round: one batched generation call for all their
 prompts, then one parallel environment step. A group is `group_size` episodes of the same game with
 different samples (a GRPO group). An episode ends when it is won or after `max_steps` steps.
+`summarize` is the success summary of played trajectories that RL metrics and evaluation share.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from tqdm import tqdm
 
-from .config import EnvConfig, GenerationConfig
-from .data import GameEntry
-from .envs.alfworld import EnvPool
-from .policy import Policy
-from .prompts import parse_response, step_prompt
-from .records import Step, Trajectory
+from seed_core.config import EnvConfig, SamplingConfig
+from seed_core.envs import GameEntry, GamePool
+from seed_core.envs.alfworld.data import TASK_TYPES
+from seed_core.method.prompts import parse_response, step_prompt
+from seed_core.policy import Policy
+from seed_core.records import Step, Trajectory
 
 STOP = ("</action>",)
 
@@ -39,12 +40,12 @@ class _Episode:
 
 def play(
     policy: Policy,
-    pool: EnvPool,
+    pool: GamePool,
     games: Sequence[GameEntry],
     *,
     group_size: int,
     env: EnvConfig,
-    gen: GenerationConfig,
+    gen: SamplingConfig,
     seed: int,
     tag: str,
     progress: bool = True,
@@ -112,3 +113,23 @@ def play(
         )
         for ep in episodes
     ]
+
+
+def summarize(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    """Success per task type present, macro and micro success, invalid-action rate, mean episode length."""
+    if not trajs:
+        raise ValueError("no trajectories to summarize")
+    out: dict[str, float] = {}
+    per_type = []
+    for t in TASK_TYPES:
+        won = [tr.won for tr in trajs if tr.task_type == t]
+        if won:
+            out[f"success/{t}"] = sum(won) / len(won)
+            per_type.append(out[f"success/{t}"])
+    out["success/macro"] = sum(per_type) / len(per_type)
+    out["success/micro"] = sum(tr.won for tr in trajs) / len(trajs)
+    steps = sum(tr.length for tr in trajs)
+    out["invalid_rate"] = sum(tr.invalid_count for tr in trajs) / steps if steps else 0.0
+    out["episode_length"] = steps / len(trajs)
+    out["episodes"] = len(trajs)
+    return out

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import random
+import resource
 
 import numpy as np
 import torch
@@ -13,6 +14,11 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MB (Linux reports ru_maxrss in KB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def setup(offline: bool = True) -> None:

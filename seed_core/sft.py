@@ -22,10 +22,12 @@ import shutil
 import tempfile
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
+
+from seed_core.records import DataError, publish_dir
 
 IGNORE = -100  # label of a token that carries no loss
 
@@ -115,19 +117,6 @@ def _fitting(tokenizer, examples: list[dict], max_seq_len: int) -> list[dict]:
         return []
     lengths = [len(r) for r in prepare(tokenizer, examples)["input_ids"]]
     return [x for x, n in zip(examples, lengths) if n <= max_seq_len]
-
-
-def _save_atomic(out_dir: Path, write: Callable[[Path], None]) -> None:
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
-    try:
-        write(tmp)
-        tmp.chmod(0o755)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def make_trainer(model, tokenizer, train: list[dict], eval: list[dict] | None, work_dir: Path, *, epochs: float,
@@ -231,8 +220,36 @@ def train_sft(
             model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
 
-        _save_atomic(out_dir, write)
+        publish_dir(out_dir, write)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     metrics["time/train_s"] = round(time.perf_counter() - t0, 1)
     return metrics
+
+
+# ---------------------------------------------------------------- the analyzer SFT set on disk (build_sft_data -> train_analyzer)
+
+SFT_COLUMNS = ("prompt", "completion", "traj_id", "game_id", "task_type", "outcome")
+SFT_SPLITS = ("train", "validation")
+
+
+def write_dataset(rows: dict[str, list[dict[str, str]]], path: Path) -> None:
+    from datasets import Dataset, DatasetDict, Features, Value
+
+    features = Features({c: Value("string") for c in SFT_COLUMNS})
+    # Column-wise, so a split left without examples (every teacher answer for its games dropped) is an empty
+    # split with the right columns rather than an error (`from_list([])` cannot see the columns).
+    DatasetDict({
+        k: Dataset.from_dict({c: [r[c] for r in rows[k]] for c in SFT_COLUMNS}, features=features) for k in SFT_SPLITS
+    }).save_to_disk(str(path))
+
+
+def load_examples(sft_dir: str | Path) -> dict[str, list[dict[str, str]]]:
+    """{split: rows} of a folder written by `run_build_sft_data`."""
+    from datasets import load_from_disk
+
+    path = Path(sft_dir) / "dataset"
+    if not (path / "dataset_dict.json").exists():
+        raise DataError(f"no SFT dataset at {path}; run the build_sft_data stage (`dvc repro build_sft_data`)")
+    dd = load_from_disk(str(path))
+    return {k: dd[k].to_list() for k in SFT_SPLITS}

@@ -21,8 +21,9 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
@@ -33,7 +34,7 @@ SECRET_ENV = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD)$", re.I)
 """Environment variables whose values are treated as secrets, besides the one `teacher.api_key_env` names."""
 
 SKILL_COLUMNS = ("update", "task_type", "outcome", "parse_status", "skill", "summary", "rescore.delta_mean",
-                 "rescore.gate_gt_half_ratio", "trajectory.won", "trajectory.length", "trajectory.task", "game_id")
+                 "rescore.gate_mean", "trajectory.won", "trajectory.length", "trajectory.task", "game_id")
 """Columns of the skills table, as dotted paths into an RL skill-corpus entry (`rl.skill_corpus`)."""
 
 

@@ -1,4 +1,3 @@
-import json
 import os
 import shutil
 import subprocess
@@ -6,7 +5,7 @@ import sys
 
 import pytest
 
-from seed_core.data import (
+from seed_core.envs.alfworld.data import (
     DataError,
     install,
     list_games,
@@ -85,8 +84,8 @@ def test_loading_a_game_leaves_the_games_folder_where_it_was(alfworld_root, tmp_
     game = list_games(alfworld_root, "valid_seen")[0]
     code = (
         "import os, sys; from pathlib import Path\n"
-        "from seed_core.data import data_root\n"
-        "from seed_core.envs.alfworld import AlfworldGame\n"
+        "from seed_core.envs.alfworld.data import data_root\n"
+        "from seed_core.envs.alfworld.env import AlfworldGame\n"
         f"AlfworldGame(Path({str(alfworld_root)!r}), {game!r})\n"
         "print('ALFWORLD_DATA' in os.environ, data_root(repo=Path('/r')))\n"
     )

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from seed_core.data import TASK_TYPES, game_path, list_games, stratified_subset
-from seed_core.envs.alfworld import AlfworldGame, EnvPool, split_initial_observation
+from seed_core.envs.alfworld.data import TASK_TYPES, game_path, list_games, stratified_subset
+from seed_core.envs.alfworld.env import AlfworldGame, EnvPool, split_initial_observation
 
 
 def test_split_initial_observation():

@@ -11,13 +11,13 @@ import torch
 from safetensors.torch import load_file
 
 from faultsuite import intact
-from seed_core import cli
-from seed_core.analyzer import heldout_set
 from seed_core.config import params_from_dict
-from seed_core.data import DataError, install, list_games, stratified_subset, write_manifest
+from seed_core.envs.alfworld.data import DataError, install, list_games, stratified_subset, write_manifest
 from seed_core.models import ModelError, load_model
-from seed_core.records import Skill, Step, Trajectory, write_jsonl
-from seed_core.rl import RLRun, completed_epochs, save_epoch
+from seed_core.records import Skill, Step, Trajectory, epoch_dirs, write_jsonl
+from seed_core.stages.rl import RLRun, save_epoch
+from seed_core.stages.train_analyzer import heldout_set
+from seed_core.tools import cli
 
 # ---------------------------------------------------------------- the game archive
 
@@ -122,7 +122,7 @@ def test_corrupt_rl_checkpoint_is_refused_with_what_to_run(tiny_model_dir, manif
         with torch.no_grad():
             next(w for w in run.trainer.model.parameters() if w.requires_grad).add_(0.5)
         save_epoch(run.trainer, run_dir, epoch, [], [{"update": epoch - 1}], {})
-    assert [e.name for e in completed_epochs(run_dir)] == ["epoch_001", "epoch_002"]
+    assert [e.name for e in epoch_dirs(run_dir)] == ["epoch_001", "epoch_002"]
     good = load_file(run_dir / "epoch_001" / "trainable.safetensors")
 
     # 1. the newest checkpoint's weights are cut short (a copy interrupted, a bad disk)

@@ -49,7 +49,7 @@ def can_mount(tmp: Path) -> bool:
 def previous_outputs(folder: Path, trainer) -> None:
     """What an earlier run left: a metrics file, a record file, a preview, and an RL epoch checkpoint."""
     from seed_core.records import atomic_write_text, write_json, write_jsonl
-    from seed_core.rl import save_epoch
+    from seed_core.stages.rl import save_epoch
 
     write_json(folder / "metrics.json", {"success": 0.5})
     write_jsonl(folder / "skills.jsonl", [{"traj_id": "t0", "skill": "Look first."}])
@@ -61,7 +61,7 @@ def attempt_writes(folder: Path, trainer) -> dict[str, str]:
     """Replace every earlier output, and write a new epoch and a new file in a new folder; returns each
     writer's error message ("" when a write unexpectedly succeeded)."""
     from seed_core.records import StorageError, atomic_write_text, write_json, write_jsonl
-    from seed_core.rl import save_epoch
+    from seed_core.stages.rl import save_epoch
 
     attempts = {
         "atomic_write_text": lambda: atomic_write_text(folder / "report.md", BIG),
@@ -82,8 +82,8 @@ def attempt_writes(folder: Path, trainer) -> dict[str, str]:
 
 def tiny_trainer(model_dir: str):
     from seed_core.config import params_from_dict
+    from seed_core.method.update import Trainer
     from seed_core.models import load_model
-    from seed_core.rl import Trainer
 
     model, tok = load_model(model_dir)
     return Trainer(model, tok, params_from_dict({"rl": {"method": "grpo"}}))

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from helpers import tiny_policy
-from seed_core.config import EnvConfig, GenerationConfig
-from seed_core.data import list_games, stratified_subset, write_manifest
-from seed_core.envs.alfworld import EnvPool
+from seed_core.config import EnvConfig, SamplingConfig
+from seed_core.envs.alfworld.data import list_games, stratified_subset, write_manifest
+from seed_core.envs.alfworld.env import EnvPool
+from seed_core.method.prompts import SKILL_BLOCK, TASK_LINE_PREFIX, inject_skill, step_prompt
 from seed_core.policy import Generation
-from seed_core.prompts import SKILL_BLOCK, TASK_LINE_PREFIX, inject_skill, step_prompt
 from seed_core.records import Trajectory, read_jsonl, write_jsonl
 from seed_core.rollout import play
 
@@ -60,7 +60,7 @@ def test_bad_model_outputs_are_invalid_steps_and_the_episode_goes_on(alfworld_ro
     env = EnvConfig(max_steps=len(script), history_length=2, workers=0)
     policy = ScriptedPolicy(script)
     with EnvPool(alfworld_root, 0) as pool:
-        (traj,) = play(policy, pool, entries, group_size=1, env=env, gen=GenerationConfig(max_new_tokens=MAX_NEW_TOKENS),
+        (traj,) = play(policy, pool, entries, group_size=1, env=env, gen=SamplingConfig(max_new_tokens=MAX_NEW_TOKENS),
                        seed=0, tag="faults", progress=False)
 
     # The episode ran to max_steps; each bad answer is one invalid step at -0.1, the good one is valid.

@@ -11,8 +11,10 @@ from safetensors.torch import load_file
 
 from faultsuite import intact
 from seed_core.config import params_from_dict
-from seed_core.data import list_games, stratified_subset, write_manifest
-from seed_core.rl import NonFiniteError, RLRun, completed_epochs, save_epoch
+from seed_core.envs.alfworld.data import list_games, stratified_subset, write_manifest
+from seed_core.method.update import NonFiniteError
+from seed_core.records import epoch_dirs
+from seed_core.stages.rl import RLRun, save_epoch
 
 PARAMS = {
     "env": {"max_steps": 3, "workers": 0},
@@ -54,7 +56,7 @@ def test_divergence_stops_the_run_with_the_last_good_checkpoint_intact(alfworld_
         with intact(run_dir), pytest.raises(NonFiniteError, match="refusing to checkpoint non-finite weights"):
             save_epoch(run.trainer, run_dir, 2, [], [], {})
         assert sorted(p.name for p in run_dir.iterdir()) == ["epoch_001", "run.json"]  # no epoch_002, no temp folder
-        assert [e.name for e in completed_epochs(run_dir)] == ["epoch_001"]
+        assert [e.name for e in epoch_dirs(run_dir)] == ["epoch_001"]
     finally:
         run.pool.close()
 

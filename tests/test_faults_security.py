@@ -16,7 +16,7 @@ import yaml
 from faultsuite import intact
 from seed_core.config import TeacherConfig
 from seed_core.models import ModelError, load_model
-from seed_core.prepare import check_model_source
+from seed_core.stages.prepare import check_model_source
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -15,10 +15,10 @@ import pytest
 
 from helpers import PROXY_VARS, chat_endpoint, chat_reply, reply
 from seed_core.config import params_from_dict
-from seed_core.data import list_games, task_type_of, write_manifest
+from seed_core.envs.alfworld.data import list_games, task_type_of, write_manifest
+from seed_core.method.teachers import OpenAITeacher
 from seed_core.records import Skill, read_jsonl
-from seed_core.sft_data import run_build_sft_data
-from seed_core.teachers import OpenAITeacher
+from seed_core.stages.build_sft_data import run_build_sft_data
 
 KEY_ENV = "SEED_TEST_FAULT_TEACHER_KEY"
 KEY = "sk-test-fault-suite-not-a-real-key"

@@ -8,17 +8,16 @@ receptacles in order, the true location of the target, the loop and the invalid 
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
 
-from seed_core.data import list_games, task_type_of
-from seed_core.oracle import OracleTeacher, kind_of
-from seed_core.prompts import parse_response, step_prompt
+from seed_core.envs.alfworld.data import list_games, task_type_of
+from seed_core.envs.alfworld.oracle import OracleTeacher, kind_of
+from seed_core.method.prompts import parse_response, step_prompt
+from seed_core.method.skills import analyze, analyzer_prompt, parse_skill, prompt_hash
 from seed_core.records import Step, Trajectory
-from seed_core.skills import analyze, analyzer_prompt, parse_skill, prompt_hash
 
 # The cool game's object starts in a closed microwave, so its route includes an `open`.
 TASK_TYPES = ("pick_and_place_simple", "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep",
@@ -27,14 +26,8 @@ INVALID = "I should probably look around the room for it."  # no tags: an invali
 
 
 @pytest.fixture(scope="module")
-def root() -> Path:
-    value = os.environ.get("ALFWORLD_DATA")
-    if not value:
-        pytest.skip("ALFWORLD_DATA is not set: point it at an ALFWorld data folder (json_2.1.1/...)")
-    path = Path(value)
-    if not (path / "json_2.1.1").is_dir():
-        pytest.skip(f"ALFWORLD_DATA={path} has no json_2.1.1/ folder: install the games there (`seed data alfworld`)")
-    return path
+def root(alfworld_root) -> Path:
+    return alfworld_root  # missing games fail (conftest), with the command that installs them
 
 
 def _game_ids(root: Path) -> dict[str, str]:
@@ -51,7 +44,7 @@ def play(root: Path, game_id: str, script=None) -> Trajectory:
     `script` is the list of responses (default: the walkthrough, well formatted), or a function of the
     freshly reset game returning that list; the game is reset again after it, so it may probe the game.
     """
-    from seed_core.envs.alfworld import AlfworldGame
+    from seed_core.envs.alfworld.env import AlfworldGame
 
     game = AlfworldGame(root, game_id)
     try:
@@ -293,7 +286,7 @@ def test_names_match_the_names_the_game_shows(episodes, oracle):
 
 
 def test_missing_game_file_is_refused_with_how_to_install(tmp_path, episodes):
-    from seed_core.data import DataError
+    from seed_core.envs.alfworld.data import DataError
 
     traj = episodes["pick_and_place_simple"][0]
     with pytest.raises(DataError, match="game file .* does not exist; install the ALFWorld games"):

@@ -7,14 +7,9 @@ A fast test checks bad input on the same server: bad parameters and a failing st
 FAILED (not CRASHED) with the message the command line prints.
 """
 import json
-import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,12 +18,13 @@ import yaml
 
 from repo_copy import BIN, REPO, STAGES, TINY, copy_repo, make_env, merge, run, stop
 
+
 @contextmanager
 def serving(repo: Path, url: str, env: dict):
     """`seed serve` running in `repo` against the server (python -m: the copy's seed_core and flows are used)."""
     log = repo.parent / "serve.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "seed_core.cli", "serve"], cwd=repo, stdout=out,
+        proc = subprocess.Popen([sys.executable, "-m", "seed_core.tools.cli", "serve"], cwd=repo, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True,
                                 env=dict(env, PREFECT_API_URL=url, PREFECT_RUNNER_POLL_FREQUENCY="2"))
     try:
@@ -94,10 +90,12 @@ def test_pipeline_deployment_end_to_end(tmp_path, alfworld_root, prefect_server)
 
     results = json.loads((work / "metrics/eval.json").read_text())
     assert set(results) == {"base", "warmup", "rl"}
-    for model in results.values():
+    for name, model in results.items():
         for split in ("valid_seen", "valid_unseen"):
             m = model[split]["greedy"]
-            assert 0 <= m["success/macro"] <= 1 and 0 <= m["success/micro"] <= 1 and m["episodes"] == 1
+            lines = (work / "data/eval" / name / split / "greedy-s0.jsonl").read_text().splitlines()
+            won = [json.loads(line)["won"] for line in lines]
+            assert m["episodes"] == len(won) == 1 and m["success/micro"] == m["success/macro"] == sum(won) / len(won)
     table = (work / "metrics/eval.md").read_text()
     assert "macro avg" in table and "| warmup | valid_unseen | greedy |" in table
     assert (work / "models/rl/model.safetensors").exists()
@@ -118,7 +116,7 @@ def test_deployment_bad_input_fails_not_crashes(tmp_path, prefect_server):
     copy_repo(work, params, env)
 
     def cli_error(*args) -> str:
-        proc = run([sys.executable, "-m", "seed_core.cli", *args], work, dict(env, PREFECT_API_URL=prefect_server), ok=False)
+        proc = run([sys.executable, "-m", "seed_core.tools.cli", *args], work, dict(env, PREFECT_API_URL=prefect_server), ok=False)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
         return line.removeprefix("error: ")

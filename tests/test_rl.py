@@ -6,14 +6,15 @@ import pytest
 import torch
 
 from seed_core.config import params_from_dict
-from seed_core.data import list_games, stratified_subset, write_manifest
-from seed_core.envs.alfworld import EnvPool
+from seed_core.envs.alfworld.data import list_games, stratified_subset, write_manifest
+from seed_core.envs.alfworld.env import EnvPool
+from seed_core.method.prompts import inject_skill
+from seed_core.method.rescore import step_tokens
+from seed_core.method.update import NonFiniteError, Trainer, method_spec
 from seed_core.models import load_model
-from seed_core.prompts import inject_skill
 from seed_core.records import Skill
-from seed_core.rescore import step_tokens
-from seed_core.rl import NonFiniteError, RLRun, Trainer, method_spec, skill_corpus
 from seed_core.rollout import play
+from seed_core.stages.rl import RLRun
 
 SMALL = {
     "env": {"max_steps": 2, "workers": 0},
@@ -56,12 +57,6 @@ def trainer_for(tiny_model_dir, **rl):
     return Trainer(model, tok, params(**rl))
 
 
-def run_update(trainer, trajs, skills):
-    batch = trainer.rescore(trajs, skills)
-    batch.advantage = trainer.advantages(trajs, batch.steps)
-    return batch, trainer.optimize(batch, 0)
-
-
 def weights(trainer):
     return {k: v.detach().clone() for k, v in trainer.model.named_parameters() if v.requires_grad}
 
@@ -92,57 +87,64 @@ def test_skill_context_and_identical_response_tokens(fixed_batch, tiny_model_dir
 def test_lambda_zero_seed_update_is_bit_identical_to_grpo(fixed_batch, tiny_model_dir):
     grpo = trainer_for(tiny_model_dir, method="grpo")
     seed0 = trainer_for(tiny_model_dir, method="seed", opd_lambda=0.0)
-    run_update(grpo, fixed_batch, [None] * 4)
-    _, m = run_update(seed0, fixed_batch, skills_for(fixed_batch))
+    grpo.learn(fixed_batch, 0)
+    m, _ = seed0.learn(fixed_batch, 0, skills=skills_for(fixed_batch))
     assert m["opd/active_token_ratio"] == 1.0  # OPD was computed, with weight 0
     a, b = weights(grpo), weights(seed0)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     seed = trainer_for(tiny_model_dir, method="seed", opd_lambda=1.0)
-    run_update(seed, fixed_batch, skills_for(fixed_batch))
+    seed.learn(fixed_batch, 0, skills=skills_for(fixed_batch))
     assert any(not torch.equal(a[k], v) for k, v in weights(seed).items())
 
 
 def test_opd_masked_exactly_for_failed_analyses(fixed_batch, tiny_model_dir):
     trainer = trainer_for(tiny_model_dir, method="seed")
     ok = (True, False, False, True)
-    batch = trainer.rescore(fixed_batch, skills_for(fixed_batch, ok))
+    skills = skills_for(fixed_batch, ok)
+    batch = trainer.build_batch(fixed_batch, skills)
     for s, lp in zip(batch.steps, batch.teacher_logp):
         assert (lp is not None) == ok[s.traj]
-    batch.advantage = trainer.advantages(fixed_batch, batch.steps)
-    m = trainer.optimize(batch, 0)
-    tokens = [len(s.response_ids) for s in batch.steps]
-    active = sum(n for s, n in zip(batch.steps, tokens) if ok[s.traj])
-    assert m["opd/active_token_ratio"] == pytest.approx(active / sum(tokens))
-    corpus = skill_corpus(batch, 0)
+    tokens = {i: sum(len(s.response_ids) for s in batch.steps if s.traj == i) for i in range(4)}
+    # The corpus's Δ is teacher - pi_old (the weights before the update), its gate the method's own sigmoid(5 Δ).
+    with torch.no_grad():
+        old = trainer.policy.score_batch([s.prompt_ids for s in batch.steps], [s.response_ids for s in batch.steps])
+    deltas = {i: torch.cat([t - o for s, t, o in zip(batch.steps, batch.teacher_logp, old) if s.traj == i])
+              for i in range(4) if ok[i]}
+    m, corpus = trainer.learn(fixed_batch, 0, skills=skills)
+    active = sum(n for i, n in tokens.items() if ok[i])
+    assert m["opd/active_token_ratio"] == pytest.approx(active / sum(tokens.values()))
     assert [c["parse_status"] for c in corpus] == ["ok", "failed", "failed", "ok"]
-    for c, good in zip(corpus, ok):
-        assert (c["rescore"]["tokens"] > 0) == good
-        assert c["trajectory"]["actions"] and c["rescore"]["delta_mean"] == c["rescore"]["delta_mean"]  # not NaN
+    for i, (c, good) in enumerate(zip(corpus, ok)):
+        assert c["rescore"]["tokens"] == (tokens[i] if good else 0)
+        assert c["trajectory"]["actions"] == [s.action for s in fixed_batch[i].steps]
+        if good:
+            assert c["rescore"]["delta_mean"] == pytest.approx(deltas[i].mean().item(), abs=1e-5)
+            assert c["rescore"]["gate_mean"] == pytest.approx(torch.sigmoid(5.0 * deltas[i]).mean().item(), abs=1e-5)
 
 
 def test_one_update_changes_weights_and_lowers_the_loss(fixed_batch, tiny_model_dir):
     trainer = trainer_for(tiny_model_dir, method="grpo", kl_coef=0.0)
-    batch = trainer.rescore(fixed_batch, [None] * 4)
-    batch.advantage = trainer.advantages(fixed_batch, batch.steps)
+    batch = trainer.build_batch(fixed_batch, [None] * 4)
     assert batch.advantage.abs().sum() > 0
     ids = list(range(len(batch.steps)))
-    with torch.no_grad():
-        batch.old_logp = [lp for lp in trainer.policy.score_batch([s.prompt_ids for s in batch.steps], [s.response_ids for s in batch.steps])]
+    with torch.no_grad():  # pi_old stored, so the loss after the update is measured against the same ratio base
+        old = trainer.policy.score_batch([s.prompt_ids for s in batch.steps], [s.response_ids for s in batch.steps])
+        batch = dataclasses.replace(batch, old_logp=[lp.detach() for lp in old])
         before = trainer._micro_loss(batch, ids)[0].item()
     w0 = weights(trainer)
-    trainer.optimize(batch, 0)
+    trainer.learn(fixed_batch, 0)
     with torch.no_grad():
         after = trainer._micro_loss(batch, ids)[0].item()
     assert any(not torch.equal(w0[k], v) for k, v in weights(trainer).items())
     assert after < before
 
 
-def test_gradient_checkpointing_changes_memory_not_the_update(fixed_batch, tiny_model_dir):
+def test_gradient_checkpointing_is_on_and_leaves_the_update_unchanged(fixed_batch, tiny_model_dir):
     after = {}
     for ckpt in (False, True):
         trainer = trainer_for(tiny_model_dir, method="seed", gradient_checkpointing=ckpt)
         assert trainer.model.is_gradient_checkpointing == ckpt
-        run_update(trainer, fixed_batch, skills_for(fixed_batch, ok=(True, False, True, True)))
+        trainer.learn(fixed_batch, 0, skills=skills_for(fixed_batch, ok=(True, False, True, True)))
         after[ckpt] = weights(trainer)
     assert all(torch.allclose(after[False][k], after[True][k], rtol=0, atol=1e-6) for k in after[False])
     assert any(not torch.equal(after[True][k], v) for k, v in weights(trainer_for(tiny_model_dir)).items())
@@ -151,10 +153,10 @@ def test_gradient_checkpointing_changes_memory_not_the_update(fixed_batch, tiny_
 @pytest.mark.fault("numeric")
 def test_nonfinite_updates_are_skipped_then_stop(fixed_batch, tiny_model_dir):
     trainer = trainer_for(tiny_model_dir, method="grpo", max_nonfinite_in_row=2)
-    batch = trainer.rescore(fixed_batch, [None] * 4)
-    batch.advantage = trainer.advantages(fixed_batch, batch.steps) * float("nan")
+    batch = trainer.build_batch(fixed_batch, [None] * 4)
+    batch = dataclasses.replace(batch, advantage=batch.advantage * float("nan"))
     w0 = weights(trainer)
-    m = trainer.optimize(batch, 0)
+    m, _ = trainer.optimize(batch, 0)
     assert m["train/skipped_steps"] == 1.0
     assert all(torch.equal(w0[k], v) for k, v in weights(trainer).items())
     with pytest.raises(NonFiniteError, match="2 optimizer steps in a row"):

@@ -1,12 +1,11 @@
 """A rollout with a tiny random-init model on real games writes complete records."""
-from seed_core.config import EnvConfig, GenerationConfig
-from seed_core.data import list_games, stratified_subset, write_manifest
-from seed_core.envs.alfworld import EnvPool
-from seed_core.evaluate import summarize
+from helpers import tiny_policy
+from seed_core.config import EnvConfig, SamplingConfig
+from seed_core.envs.alfworld.data import list_games, stratified_subset, write_manifest
+from seed_core.envs.alfworld.env import EnvPool
 from seed_core.records import Trajectory, read_jsonl, write_jsonl
 from seed_core.rollout import play
-
-from helpers import tiny_policy
+from seed_core.stages.evaluate import summarize
 
 
 def test_rollout_writes_complete_records(alfworld_root, base_model_dir, tmp_path):
@@ -15,7 +14,7 @@ def test_rollout_writes_complete_records(alfworld_root, base_model_dir, tmp_path
     policy = tiny_policy(base_model_dir, batch_size=4)
     env = EnvConfig(max_steps=3, history_length=2, workers=2)
     with EnvPool(alfworld_root, env.workers) as pool:
-        trajs = play(policy, pool, entries, group_size=2, env=env, gen=GenerationConfig(max_new_tokens=6), seed=0, tag="t")
+        trajs = play(policy, pool, entries, group_size=2, env=env, gen=SamplingConfig(max_new_tokens=6), seed=0, tag="t")
     assert [(t.game_id, t.sample_idx) for t in trajs] == [(g, k) for g in games for k in range(2)]
     assert len({t.group_id for t in trajs}) == 2
     for t in trajs:

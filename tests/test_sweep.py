@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from seed_core.config import ConfigError
-from seed_core.sweep import apply_overrides, check_combos, format_override, load_recipe, parse_set_params
+from seed_core.tools.sweep import apply_overrides, check_combos, format_override, load_recipe, parse_set_params
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
@@ -66,7 +66,7 @@ def project(root: Path, ignore: str = "/models\n/runs\n") -> Path:
 
 
 def seed_cli(*args, cwd) -> subprocess.CompletedProcess:
-    return sh(sys.executable, "-m", "seed_core.cli", *args, cwd=cwd, ok=False)
+    return sh(sys.executable, "-m", "seed_core.tools.cli", *args, cwd=cwd, ok=False)
 
 
 def test_recipe_expands_and_validates():

@@ -2,21 +2,14 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from seed_core.config import EnvConfig, params_from_dict
-from seed_core.data import GameEntry, list_games, task_type_of
-from seed_core.prompts import parse_response, step_prompt
-from seed_core.warmup import completion, expert_examples, run_warmup, split_eval, think_texts
-
-ALF = os.environ.get("ALFWORLD_DATA")
-needs_data = pytest.mark.skipif(
-    not ALF or not (Path(ALF) / "json_2.1.1").is_dir(),
-    reason="needs ALFWorld games: set ALFWORLD_DATA to an installed data folder (`seed data alfworld`)",
-)
+from seed_core.envs.alfworld.data import GameEntry, list_games, task_type_of
+from seed_core.envs.alfworld.expert import completion, expert_examples, think_texts
+from seed_core.method.prompts import parse_response, step_prompt
+from seed_core.stages.warmup import run_warmup, split_eval
 
 
 def test_think_texts_follow_the_plan():
@@ -42,24 +35,21 @@ def test_completion_parses_to_its_action():
 
 
 @pytest.fixture(scope="module")
-def games() -> list[GameEntry]:
-    if not ALF or not (Path(ALF) / "json_2.1.1").is_dir():
-        pytest.skip("needs ALFWorld games: set ALFWORLD_DATA to an installed data folder (`seed data alfworld`)")
-    ids = list_games(Path(ALF), "valid_seen")
+def games(alfworld_root) -> list[GameEntry]:
+    ids = list_games(alfworld_root, "valid_seen")
     picked = [next(g for g in ids if task_type_of(g) == t) for t in ("pick_heat_then_place_in_recep", "look_at_obj_in_light")]
     return [GameEntry(g, "valid_seen", task_type_of(g), "") for g in picked]
 
 
-@needs_data
-def test_expert_examples_match_rollout_prompts_and_win(games):
-    from seed_core.envs.alfworld import AlfworldGame
+def test_expert_examples_match_rollout_prompts_and_win(games, alfworld_root):
+    from seed_core.envs.alfworld.env import AlfworldGame
 
     env = EnvConfig(max_steps=30, history_length=2, workers=0)
-    examples = expert_examples(Path(ALF), games, env, progress=False)
+    examples = expert_examples(alfworld_root, games, env, progress=False)
     for entry in games:
         steps = [x for x in examples if x["game_id"] == entry.game_id]
         # An independent in-process replay, with the history kept the way rollout.play keeps it.
-        game = AlfworldGame(Path(ALF), entry.game_id)
+        game = AlfworldGame(alfworld_root, entry.game_id)
         state, history = game.reset(), []
         walk = game.walkthrough()
         assert [x["step"] for x in steps] == list(range(len(walk)))
@@ -76,10 +66,9 @@ def test_expert_examples_match_rollout_prompts_and_win(games):
     assert "Prior to this step" not in steps[0]["prompt"] and "[Observation 1:" in steps[1]["prompt"]
 
 
-@needs_data
-def test_games_not_won_within_max_steps_are_skipped(games):
+def test_games_not_won_within_max_steps_are_skipped(games, alfworld_root):
     short = EnvConfig(max_steps=2, history_length=2, workers=0)
-    assert expert_examples(Path(ALF), games[:1], short, progress=False) == []
+    assert expert_examples(alfworld_root, games[:1], short, progress=False) == []
 
 
 def test_split_eval_holds_out_whole_games():

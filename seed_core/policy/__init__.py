@@ -5,8 +5,9 @@ strings (and the skill-injected ones) work with the HF backend on CPU and a vLLM
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import torch
 

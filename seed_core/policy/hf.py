@@ -14,14 +14,13 @@ chunks (each chunk under activation checkpointing when gradients are on).
 from __future__ import annotations
 
 import functools
-
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch.utils.checkpoint import checkpoint
 from transformers import LogitsProcessor, LogitsProcessorList
 
-from . import Generation
+from seed_core.policy import Generation
 
 
 def _chunks(seq: list[int], size: int) -> list[list[int]]:

@@ -1,0 +1,65 @@
+"""Re-scoring (SEED step 4): the taken response tokens under the ordinary and the skill-augmented prompt.
+
+For every step t of every trajectory, h_t is the ordinary step prompt and h~_t the same prompt with the
+trajectory's skill inserted after the task line. The response tokens a_t are the sampled ones, identical in
+both contexts. Teacher log-probs log pi_old(a_t | h~_t) are computed once, before the update, without grad.
+
+Truncation: both contexts drop the same number of leading tokens (what the plain prompt needs to fit in
+`max_prompt_tokens`), so the part of the plain prompt each one shows is the same and only the skill block
+differs. With the embedded and paper settings prompts fit and nothing is dropped.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from seed_core.method.prompts import SKILL_BLOCK, inject_skill
+from seed_core.policy.hf import HFPolicy
+from seed_core.records import Trajectory
+
+
+@dataclass
+class StepTokens:
+    """One agent turn as the update sees it."""
+
+    traj: int  # index of its trajectory in the batch
+    step: int  # index within the trajectory
+    prompt_ids: list[int]  # ordinary context h_t (chat template applied, truncated)
+    teacher_ids: list[int] | None  # skill context h~_t, or None when the trajectory has no skill
+    response_ids: list[int]  # a_t, identical in both contexts
+
+    @property
+    def length(self) -> int:
+        """Tokens of the ordinary context plus the response (what a training forward pass costs)."""
+        return len(self.prompt_ids) + len(self.response_ids)
+
+
+def step_tokens(
+    policy: HFPolicy, trajs: Sequence[Trajectory], skills: Sequence[str | None], template: str = SKILL_BLOCK
+) -> list[StepTokens]:
+    """Token ids of every step's two contexts; `skills[i]` is trajectory i's skill text or None."""
+    out = []
+    cap = policy.max_prompt_tokens
+    for i, (traj, skill) in enumerate(zip(trajs, skills)):
+        for k, s in enumerate(traj.steps):
+            if not s.response_ids:
+                continue
+            plain = policy.encode_full(s.prompt)
+            cut = max(0, len(plain) - cap)
+            teacher = policy.encode_full(inject_skill(s.prompt, skill, template))[cut:] if skill else None
+            out.append(StepTokens(i, k, plain[cut:], teacher, list(s.response_ids)))
+    return out
+
+
+@torch.no_grad()
+def score_steps(policy: HFPolicy, steps: Sequence[StepTokens], which: str, max_tokens: int) -> list[torch.Tensor | None]:
+    """Detached per-token log-probs of each step's response under `which` context ("prompt" or "teacher");
+    None for steps without that context."""
+    idx = [i for i, s in enumerate(steps) if getattr(s, f"{which}_ids") is not None]
+    scored = policy.score([getattr(steps[i], f"{which}_ids") for i in idx], [steps[i].response_ids for i in idx], max_tokens)
+    out: list[torch.Tensor | None] = [None] * len(steps)
+    for i, lp in zip(idx, scored):
+        out[i] = lp
+    return out

@@ -1,0 +1,356 @@
+"""Stage 2: one SEED policy update, with GRPO, GRPO+OPSD and SDAR on the same path.
+
+`Trainer.update` reads top to bottom in paper order:
+  1. freeze pi_old: the current weights; nothing changes them before step 6, so no copy is made;
+  2. collect B games x N rollouts with pi_old (a GRPO group per game);
+then `Trainer.learn(trajs, index)`, which the RL stage, `bench/rl_update.py` and the tests all call:
+  3. analyze: pi_old writes one hindsight skill per finished trajectory (`seed`, `grpo_opsd`), or each
+     trajectory gets its task type's fixed skill (`sdar`), or nothing (`grpo`);
+  4. re-score the sampled response tokens: pi_old under the ordinary prompt (PPO's old log-probs), the
+     reference model (KL), and pi_old under the skill-augmented prompt (the OPD teacher), all once and
+     detached, before any weight changes;
+  5. advantages: GRPO trajectory advantage broadcast to every token of every step (or GiGPO);
+  6. PPO epochs over mini-batches: L = L_pg + kl_coef * L_kl - entropy_coef * H + lambda * L_opd, with
+     gradient clipping; the updated weights are the next actor and the next analyzer.
+
+Departures, each a parameter: the embedded default trains LoRA adapters (the paper fine-tunes all weights at
+lr 1e-6); the KL reference of a LoRA run is the adapter-off model, i.e. the starting checkpoint; an update
+whose loss or gradient is not finite is skipped rather than applied.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+from seed_core.config import METHODS, Params, RLConfig
+from seed_core.envs import GameEntry, GamePool
+from seed_core.method import advantages as adv
+from seed_core.method import losses
+from seed_core.method.rescore import StepTokens, score_steps, step_tokens
+from seed_core.method.skills import PARSED, analyze
+from seed_core.method.teachers import PolicyTeacher
+from seed_core.policy.hf import HFPolicy, micro_batches
+from seed_core.records import Skill, Trajectory
+from seed_core.rollout import play, summarize
+from seed_core.runtime import peak_rss_mb
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    skills: Literal["none", "self", "fixed"]  # where the teacher context's skill comes from
+    gate: losses.Gate  # sigmoid(beta * delta), or constant 0.5
+
+
+def method_spec(method: str) -> MethodSpec:
+    """The one place where a method name (`rl.method`) becomes switches."""
+    if method == "grpo":
+        return MethodSpec(skills="none", gate="sigmoid")
+    if method == "seed":
+        return MethodSpec(skills="self", gate="sigmoid")
+    if method == "grpo_opsd":
+        return MethodSpec(skills="self", gate="constant")
+    if method == "sdar":
+        return MethodSpec(skills="fixed", gate="sigmoid")
+    raise ValueError(f"unknown rl.method {method!r}; valid: {', '.join(METHODS)}")
+
+
+class NonFiniteError(RuntimeError):
+    """Too many updates in a row had a NaN/inf loss or gradient."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Everything step 6 needs, computed before any weight changes. S = number of steps (agent turns)."""
+
+    trajs: list[Trajectory]
+    skills: list[Skill | None]
+    steps: list[StepTokens]  # (S,)
+    old_logp: list[torch.Tensor] | None  # None: one PPO epoch over one mini-batch, pi_old = the weights trained
+    ref_logp: list[torch.Tensor] | None  # None: no KL term
+    teacher_logp: list[torch.Tensor | None]  # None where the step's trajectory has no skill
+    advantage: torch.Tensor  # (S,) one scalar per step, broadcast over its tokens
+
+
+@dataclass
+class DeltaStats:
+    """Per step: how the skill moved pi_old's log-probs of the step's own tokens (teacher - pi_old)."""
+
+    delta_sum: float
+    gate_sum: float  # sum of the method's own gate over the tokens
+    tokens: int
+
+
+class Trainer:
+    """The policy (LoRA adapters or full weights), its optimizer, and one `update` in paper order."""
+
+    def __init__(self, model, tokenizer, params: Params, fixed_skills: dict[str, str] | None = None):
+        self.cfg: RLConfig = params.rl
+        self.params = params
+        self.spec = method_spec(self.cfg.method)
+        if self.spec.skills == "fixed" and not fixed_skills:
+            raise ValueError("rl.method sdar needs fixed skills per task type (rl.sdar_skills)")
+        self.fixed_skills = fixed_skills or {}
+        self.ref_model = None
+        if self.cfg.lora_r is not None:
+            from peft import LoraConfig, get_peft_model
+
+            torch.manual_seed(self.cfg.seed)  # LoRA A matrices are drawn at random: same seed, same start
+            lora = LoraConfig(r=self.cfg.lora_r, lora_alpha=self.cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear")
+            model = get_peft_model(model, lora)
+        elif self.cfg.kl_coef > 0:
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        if self.cfg.gradient_checkpointing:  # only while training: generation and scoring run in eval mode
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model = model
+        gen = params.rollout
+        self.policy = HFPolicy(model, tokenizer, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens)
+        self.trainable = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.trainable, lr=self.cfg.learning_rate, weight_decay=0.0)
+        self.nonfinite_in_row = 0
+
+    # ------------------------------------------------------------------ one update, in paper order
+
+    def update(self, pool: GamePool, games: Sequence[GameEntry], index: int) -> tuple[dict[str, float], list[dict]]:
+        """Steps 1-6 on `games`; returns the update's metrics and its skill corpus."""
+        self.model.eval()  # 1. pi_old = the current weights, unchanged until step 6
+
+        t0 = time.perf_counter()  # 2. collect
+        trajs = play(
+            self.policy, pool, games, group_size=self.cfg.group_size, env=self.params.env, gen=self.params.rollout,
+            seed=self.cfg.seed * 100_003 + index, tag=f"rl/u{index:04d}", progress=False,
+        )  # fmt: skip
+        rollout_s = time.perf_counter() - t0
+
+        metrics, corpus = self.learn(trajs, index)
+        return {**rollout_metrics(trajs), "time/rollout_s": rollout_s, **metrics}, corpus
+
+    def learn(
+        self, trajs: list[Trajectory], index: int, skills: list[Skill | None] | None = None
+    ) -> tuple[dict[str, float], list[dict]]:
+        """Steps 3-6 on trajectories collected by pi_old (the current weights); returns metrics and skill corpus.
+        `skills` replaces step 3's analysis (tests and benchmarks that hold the skills fixed)."""
+        t = {}
+        self.model.eval()
+
+        t0 = time.perf_counter()  # 3. analyze
+        skill_metrics = {}
+        if skills is None:
+            skills, skill_metrics = self.analyze(trajs, index)
+        t["time/analysis_s"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()  # 4. re-score and 5. advantages
+        batch = self.build_batch(trajs, skills)
+        t["time/rescore_s"] = time.perf_counter() - t0
+
+        t0 = time.perf_counter()  # 6. optimize
+        loss_metrics, deltas = self.optimize(batch, index)
+        t["time/update_s"] = time.perf_counter() - t0
+
+        metrics = {**skill_metrics, **loss_metrics, **t, "memory/peak_rss_mb": peak_rss_mb()}
+        if torch.cuda.is_available():
+            metrics["memory/peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        return metrics, skill_corpus(batch, deltas, index)
+
+    def build_batch(self, trajs: list[Trajectory], skills: list[Skill | None]) -> Batch:
+        """Steps 4 and 5: every step's tokens, its pi_old, reference and teacher log-probs, and its advantage."""
+        steps, old, ref, teacher = self.rescore(trajs, skills)
+        return Batch(trajs, skills, steps, old, ref, teacher, self.advantages(trajs, steps))
+
+    # ------------------------------------------------------------------ the steps
+
+    @torch.no_grad()
+    def analyze(self, trajs: list[Trajectory], index: int) -> tuple[list[Skill | None], dict[str, float]]:
+        """pi_old as its own analyzer (self skills), the task type's fixed skill (sdar), or none (grpo)."""
+        if self.spec.skills == "none":
+            return [None] * len(trajs), {}
+        if self.spec.skills == "fixed":
+            skills = [
+                Skill(t.traj_id, t.game_id, t.task_type, "success" if t.won else "failure", "",
+                      self.fixed_skills[t.task_type], "ok", "", "sdar:fixed", "")
+                for t in trajs
+            ]  # fmt: skip
+            return skills, {"skills/parse_rate": 1.0, "skills/length_chars": _mean([len(s.skill) for s in skills])}
+        # Skills are JSON objects; stopping at the first closing brace saves most of the analyzer's tokens.
+        teacher = PolicyTeacher(self.policy, f"policy:u{index:04d}", self.cfg.analyzer_max_new_tokens, stop=("}",))
+        skills, stats = analyze(trajs, teacher, reask=False, max_skill_chars=self.cfg.max_skill_chars)
+        parsed = [s for s in skills if s.parse_status in PARSED]
+        return skills, {
+            "skills/parse_rate": stats.parse_rate,
+            "skills/length_chars": _mean([len(s.skill) for s in parsed]),
+            "skills/truncated": float(stats.truncated),
+            "skills/analyzer_tokens": float(stats.completion_tokens),
+        }
+
+    @torch.no_grad()
+    def rescore(self, trajs: list[Trajectory], skills: list[Skill | None]):
+        """(steps, old, ref, teacher): every step's tokens and its pi_old, reference and teacher log-probs."""
+        texts = [s.skill if s is not None and s.parse_status in PARSED else None for s in skills]
+        steps = step_tokens(self.policy, trajs, texts)
+        mb = self.cfg.micro_batch_tokens
+        # With one PPO epoch over a single mini-batch no optimizer step happens before a step's loss, so its
+        # pi_old log-probs are the training forward's own (detached): the separate pass would repeat it.
+        on_policy = self.cfg.ppo_epochs == 1 and len(steps) <= self.cfg.mini_batch_steps
+        old = None if on_policy else score_steps(self.policy, steps, "prompt", mb)
+        ref = self._reference_logp(steps) if self.cfg.kl_coef > 0 else None
+        teacher = score_steps(self.policy, steps, "teacher", mb) if self.spec.skills != "none" else [None] * len(steps)
+        return steps, old, ref, teacher
+
+    def _reference_logp(self, steps: list[StepTokens]) -> list[torch.Tensor]:
+        if self.ref_model is None:  # LoRA: the adapter-off model is the starting checkpoint
+            with self.model.disable_adapter():
+                return score_steps(self.policy, steps, "prompt", self.cfg.micro_batch_tokens)
+        ref_policy = HFPolicy(self.ref_model, self.policy.tok, max_prompt_tokens=self.policy.max_prompt_tokens)
+        return score_steps(ref_policy, steps, "prompt", self.cfg.micro_batch_tokens)
+
+    def advantages(self, trajs: list[Trajectory], steps: list[StepTokens]) -> torch.Tensor:
+        """(S,) advantage of each step: its trajectory's GRPO advantage, plus omega x GiGPO step advantage."""
+        groups = {g: i for i, g in enumerate(dict.fromkeys(t.group_id for t in trajs))}
+        returns = torch.tensor([t.episode_return for t in trajs], dtype=torch.float32)
+        group_ids = torch.tensor([groups[t.group_id] for t in trajs])
+        episode = adv.grpo_advantages(returns, group_ids, norm=self.cfg.adv_norm)  # (N,)
+        step_traj = torch.tensor([s.traj for s in steps])
+        per_step = episode[step_traj]
+        if self.cfg.advantage == "grpo":
+            return per_step
+        if self.cfg.advantage == "gigpo":
+            rewards = torch.tensor([trajs[s.traj].steps[s.step].reward for s in steps], dtype=torch.float32)
+            disc = adv.discounted_returns(rewards, step_traj, self.cfg.gigpo_gamma)
+            anchors = adv.anchor_ids(
+                [trajs[s.traj].group_id for s in steps], [trajs[s.traj].steps[s.step].observation for s in steps]
+            )
+            step_adv = adv.gigpo_step_advantages(disc, anchors, norm=self.cfg.adv_norm)
+            return adv.gigpo_advantages(per_step, step_adv, self.cfg.gigpo_omega)
+        raise ValueError(f"unknown rl.advantage {self.cfg.advantage!r}; valid: grpo, gigpo")
+
+    def optimize(self, batch: Batch, index: int) -> tuple[dict[str, float], dict[int, DeltaStats]]:
+        """PPO epochs over shuffled mini-batches of steps; token-mean losses accumulated over micro-batches.
+        Returns the loss metrics and, per step with a skill, its DeltaStats."""
+        cfg = self.cfg
+        self.model.train()
+        g = torch.Generator().manual_seed(cfg.seed * 7_919 + index)
+        sums: dict[str, float] = {}
+        deltas: dict[int, DeltaStats] = {}
+        tokens_seen = 0
+        grad_norms, skipped = [], 0
+        for _ in range(cfg.ppo_epochs):
+            perm = torch.randperm(len(batch.steps), generator=g).tolist()
+            for s0 in range(0, len(perm), cfg.mini_batch_steps):
+                mini = sorted(perm[s0 : s0 + cfg.mini_batch_steps], key=lambda i: batch.steps[i].length)
+                n_tokens = sum(len(batch.steps[i].response_ids) for i in mini)
+                self.opt.zero_grad(set_to_none=True)
+                finite = True
+                for mb in micro_batches([batch.steps[i].length for i in mini], cfg.micro_batch_tokens):
+                    ids = [mini[j] for j in mb]
+                    loss, stats, n, mb_deltas = self._micro_loss(batch, ids)
+                    if not torch.isfinite(loss):
+                        finite = False
+                        break
+                    (loss * (n / n_tokens)).backward()
+                    for k, v in stats.items():
+                        sums[k] = sums.get(k, 0.0) + v * n
+                    tokens_seen += n
+                    for i, d in mb_deltas.items():
+                        deltas.setdefault(i, d)  # pi_old is fixed: every pass over a step gives the same
+                norm = torch.nn.utils.clip_grad_norm_(self.trainable, cfg.grad_clip) if finite else torch.tensor(float("nan"))
+                if not finite or not torch.isfinite(norm):
+                    # Nothing from a NaN/inf state ever reaches the weights (or a checkpoint).
+                    self.opt.zero_grad(set_to_none=True)
+                    skipped += 1
+                    self.nonfinite_in_row += 1
+                    if self.nonfinite_in_row >= cfg.max_nonfinite_in_row:
+                        raise NonFiniteError(
+                            f"{self.nonfinite_in_row} optimizer steps in a row had a non-finite loss or gradient "
+                            f"(update {index}); stopping with the last good checkpoint intact. Lower rl.learning_rate "
+                            "or check the model's dtype."
+                        )
+                    continue
+                self.nonfinite_in_row = 0
+                grad_norms.append(float(norm))
+                self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        out = {k: v / max(tokens_seen, 1) for k, v in sums.items()}
+        out["train/grad_norm"] = _mean(grad_norms)
+        out["train/skipped_steps"] = float(skipped)
+        return out, deltas
+
+    def _micro_loss(self, batch: Batch, ids: list[int]) -> tuple[torch.Tensor, dict[str, float], int, dict[int, DeltaStats]]:
+        """Loss of one micro-batch of steps (token-mean within it), its stats, its token count, and the
+        DeltaStats of its steps that have a skill."""
+        cfg = self.cfg
+        steps = [batch.steps[i] for i in ids]
+        logp = pad_sequence(self.policy.score_batch([s.prompt_ids for s in steps], [s.response_ids for s in steps]), batch_first=True)  # (b, T)
+        mask = pad_sequence([torch.ones(len(s.response_ids), dtype=torch.bool) for s in steps], batch_first=True)
+        # pi_old: stored, or (one epoch over one mini-batch) this forward's own log-probs, detached
+        old = logp.detach() if batch.old_logp is None else pad_sequence([batch.old_logp[i] for i in ids], batch_first=True)
+        advantage = batch.advantage[ids][:, None].expand_as(logp)
+        pg, pg_stats = losses.ppo_clip_loss(logp, old, advantage, mask, cfg.clip_eps, cfg.dual_clip_c)
+        loss = pg
+        stats = {"loss/pg": pg.item(), "train/clip_frac": pg_stats["clip_frac"], "train/approx_kl": pg_stats["approx_kl"]}
+        if batch.ref_logp is not None:
+            kl = losses.kl_loss(logp, pad_sequence([batch.ref_logp[i] for i in ids], batch_first=True), mask)
+            loss = loss + cfg.kl_coef * kl
+            stats["loss/kl"] = kl.item()
+        deltas: dict[int, DeltaStats] = {}
+        if self.spec.skills != "none":
+            have = [batch.teacher_logp[i] is not None for i in ids]
+            teacher = pad_sequence(
+                [batch.teacher_logp[i] if h else torch.zeros(len(s.response_ids)) for i, h, s in zip(ids, have, steps)],
+                batch_first=True,
+            )
+            opd_mask = torch.tensor(have, dtype=torch.float32)  # no skill (failed analysis): no OPD signal
+            opd, opd_stats = losses.gated_opd_loss(logp, teacher, mask, opd_mask, cfg.opd_beta, self.spec.gate)
+            loss = loss + cfg.opd_lambda * opd
+            stats["loss/opd"] = opd.item()
+            stats.update(opd_stats)
+            with torch.no_grad():  # what the skill did to pi_old's own tokens, for the skill corpus
+                delta = teacher - old
+                gate = losses.opd_gate(delta, cfg.opd_beta, self.spec.gate)
+                for j, (i, h) in enumerate(zip(ids, have)):
+                    if h:
+                        n = len(steps[j].response_ids)
+                        deltas[i] = DeltaStats(float(delta[j, :n].sum()), float(gate[j, :n].sum()), n)
+        return loss, stats, int(mask.sum()), deltas
+
+
+def skill_corpus(batch: Batch, deltas: dict[int, DeltaStats], index: int) -> list[dict]:
+    """One entry per analyzed trajectory: the skill, the episode it came from, and how far the skill moved pi_old's
+    log-probs of the episode's own response tokens (mean Δ = teacher - pi_old, mean gate of the method)."""
+    per_traj: dict[int, list[float]] = {}
+    for step, d in deltas.items():
+        acc = per_traj.setdefault(batch.steps[step].traj, [0.0, 0.0, 0])
+        acc[0], acc[1], acc[2] = acc[0] + d.delta_sum, acc[1] + d.gate_sum, acc[2] + d.tokens
+    out = []
+    for i, (traj, skill) in enumerate(zip(batch.trajs, batch.skills)):
+        if skill is None:
+            continue
+        dsum, gsum, n = per_traj.get(i, (0.0, 0.0, 0))
+        out.append({
+            "update": index,
+            **dataclasses.asdict(skill),
+            "trajectory": {
+                "won": traj.won, "episode_return": traj.episode_return, "length": traj.length,
+                "invalid_count": traj.invalid_count, "task": traj.task, "actions": [s.action for s in traj.steps],
+            },
+            "rescore": {"tokens": n, "delta_mean": dsum / n if n else 0.0, "gate_mean": gsum / n if n else 0.0},
+        })  # fmt: skip
+    return out
+
+
+def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
+    m = summarize(trajs)
+    out = {"rollout/success_rate": m["success/micro"], "rollout/invalid_rate": m["invalid_rate"], "rollout/episode_length": m["episode_length"]}
+    per_type = {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("success/") and k not in ("success/micro", "success/macro")}
+    out.update({f"rollout/success_rate/{t}": v for t, v in per_type.items()})
+    return out
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0

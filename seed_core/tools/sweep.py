@@ -1,0 +1,337 @@
+"""Methods x seeds comparisons as DVC experiments, and the `-S key=value` overrides they are made of.
+
+A sweep recipe (`recipes/sweeps/methods.yaml`) names the compared methods as parameter overrides and the
+seeds; `seed sweep RECIPE` expands it into one experiment per (method, seed) and
+  1. validates every combination's resulting params (the same check and message as `seed params`), so a
+     typo fails in a second instead of after the first run;
+  2. queues each as `dvc exp run --queue -n <method>-s<seed> -S key=value ...` (an experiment of that name
+     from an earlier sweep is removed first, so a re-run replaces it);
+  3. with `--run`, runs the queue (`dvc exp run --run-all --jobs J`): each experiment in its own temporary
+     copy of the repository, outputs shared through the DVC cache; a failed one does not stop the others;
+  4. collects every experiment from `dvc exp show --json` (which holds the queue's success/failure state)
+     and its commit (`git show <rev>:<file>`), all offline, into the results layout read by `seed report`:
+       results/<method>-s<seed>/params.yaml      the experiment's params
+       results/<method>-s<seed>/metrics/...      every file under metrics/ in the experiment's commit
+       results/<method>-s<seed>/skills.jsonl     the last epoch's skill corpus of its RL run (DVC cache)
+       results/sweep.json                        one entry per combination: status, exp name and rev, error
+     and names the failed ones, with the error lines of their logs.
+Experiments commit only git-visible files, so `metrics/` must not be git-ignored (DVC's convention for
+`cache: false` metrics); the sweep refuses to start otherwise. This module imports neither Prefect nor DVC:
+it drives the `dvc` command line.
+
+Recipe keys: `seeds` (a count n meaning 0..n-1, or a list), `seed_keys` (every key set to the seed),
+`set` (overrides shared by all runs), `methods` (name -> overrides).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from seed_core.config import ConfigError, params_from_dict
+from seed_core.records import epoch_of
+
+METRICS_DIR = "metrics"
+
+
+# ---------------------------------------------------------------- overrides (`-S key=value`)
+
+
+def parse_set_params(items: list[str]) -> dict[str, Any]:
+    """`["rl.method=grpo", "rl.seed=1"]` -> {"rl.method": "grpo", "rl.seed": 1}; values are YAML, as for DVC."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip().lstrip("+")
+        if key.startswith("params.yaml:"):
+            key = key[len("params.yaml:"):]
+        if not sep or not key or ":" in key:
+            raise ConfigError(f"override {item!r} must be KEY=VALUE with a dotted key into params.yaml, e.g. rl.method=grpo")
+        out[key] = yaml.safe_load(value) if value.strip() else ""
+    return out
+
+
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of `raw` with each dotted key set (sections created as needed)."""
+    out = json.loads(json.dumps(raw or {}))
+    for key, value in overrides.items():
+        node = out
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {key}: `{p}` is not a section")
+        node[leaf] = value
+    return out
+
+
+def check_params(params_path: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Validate params.yaml with `overrides` applied; raises the same ConfigError as `seed params` would."""
+    path = Path(params_path)
+    if not path.exists():
+        raise ConfigError(f"params file {path} does not exist; run from the repository root or pass --params")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"params file {path} is not valid YAML: {e}") from e
+    if not isinstance(raw, dict):
+        raise ConfigError(f"params file {path} must be a mapping of sections, got {type(raw).__name__}")
+    merged = apply_overrides(raw, overrides or {})
+    params_from_dict(merged)
+    return merged
+
+
+def format_override(key: str, value: Any) -> str:
+    """`key=value` as `dvc exp run -S` parses it back to the same value."""
+    return f"{key}={value if isinstance(value, str) else json.dumps(value)}"
+
+
+# ---------------------------------------------------------------- recipes
+
+
+@dataclass(frozen=True)
+class Combo:
+    method: str
+    seed: int
+    overrides: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        """Experiment name and results folder: `<method>-s<seed>`."""
+        return f"{self.method}-s{self.seed}"
+
+
+def load_recipe(path: str | Path, seeds: int | None = None, methods: list[str] | None = None) -> list[Combo]:
+    """The (method, seed) combinations of a recipe, optionally cut to `seeds` seeds and some `methods`."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"sweep recipe {path} does not exist (see recipes/sweeps/)")
+    r = yaml.safe_load(path.read_text()) or {}
+    unknown = set(r) - {"seeds", "seed_keys", "set", "methods"}
+    if unknown:
+        raise ConfigError(f"sweep recipe {path}: unknown keys {sorted(unknown)}; allowed: methods, seeds, seed_keys, set")
+    all_methods = r.get("methods") or {}
+    if not isinstance(all_methods, dict) or not all_methods:
+        raise ConfigError(f"sweep recipe {path}: `methods` must map method names to overrides")
+    chosen = methods or list(all_methods)
+    missing = [m for m in chosen if m not in all_methods]
+    if missing:
+        raise ConfigError(f"sweep recipe {path}: unknown methods {missing}; the recipe has {list(all_methods)}")
+    seed_list = r.get("seeds", 3)
+    seed_list = list(range(seed_list)) if isinstance(seed_list, int) else list(seed_list)
+    if seeds is not None:
+        if seeds < 1:
+            raise ConfigError(f"--seeds must be >= 1, got {seeds}")
+        seed_list = seed_list[:seeds] if seeds <= len(seed_list) else list(range(seeds))
+    seed_keys = r.get("seed_keys", ["rl.seed", "evaluate.seed"])
+    common = r.get("set") or {}
+    return [Combo(m, s, {**common, **(all_methods[m] or {}), **{k: s for k in seed_keys}})
+            for m in chosen for s in seed_list]
+
+
+def check_combos(repo: Path, combos: list[Combo]) -> None:
+    """Every combination's params must validate; the first error names the combination."""
+    for c in combos:
+        try:
+            check_params(repo / "params.yaml", c.overrides)
+        except ConfigError as e:
+            raise ConfigError(f"sweep run {c.name}: {e}") from e
+
+
+# ---------------------------------------------------------------- running DVC
+
+
+def _dvc(repo: Path, *args: str, env: dict[str, str] | None = None, capture: bool = True) -> subprocess.CompletedProcess:
+    venv_dvc = Path(sys.executable).with_name("dvc")
+    exe = str(venv_dvc) if venv_dvc.exists() else shutil.which("dvc") or "dvc"
+    return subprocess.run([exe, *args], cwd=repo, env=env, text=True, capture_output=capture)
+
+
+def sweep_env(repo: Path, group: str | None = None) -> dict[str, str]:
+    """Environment of the experiment runs. Queued runs execute in temporary copies of the repository, where
+    the default `.alfworld/` would be missing: point $ALFWORLD_DATA at this checkout's games. This interpreter's
+    bin folder goes first on PATH, as dvc.yaml's commands say `python`."""
+    env = dict(os.environ, DVC_NO_ANALYTICS="1")
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    if "ALFWORLD_DATA" not in env and (repo / ".alfworld").is_dir():
+        env["ALFWORLD_DATA"] = str((repo / ".alfworld").resolve())
+    if group:
+        env["SEED_PIPELINE_RUN"] = group
+    return env
+
+
+def check_repo(repo: Path) -> None:
+    """DVC experiments need a git commit and git-visible metrics files."""
+    head = subprocess.run(["git", "rev-parse", "--verify", "HEAD"], cwd=repo, capture_output=True, text=True)
+    if head.returncode != 0:
+        raise ConfigError(f"{repo} has no git commit; `dvc exp` needs one: git add -A && git commit")
+    ignored = subprocess.run(["git", "check-ignore", "-q", f"{METRICS_DIR}/probe.json"], cwd=repo)
+    if ignored.returncode == 0:
+        raise ConfigError(f"`{METRICS_DIR}/` is git-ignored, so experiments would not keep their metrics; "
+                          f"remove it from .gitignore (DVC commits `cache: false` metrics to git)")
+
+
+def experiments(repo: Path) -> dict[str, dict]:
+    """name -> {rev, state, error, log} for every experiment (run, queued or failed) of the current commit."""
+    proc = _dvc(repo, "exp", "show", "--json")
+    if proc.returncode != 0:
+        raise RuntimeError(f"dvc exp show failed: {proc.stderr.strip()}")
+    out: dict[str, dict] = {}
+    for baseline in json.loads(proc.stdout or "[]"):
+        for exp in baseline.get("experiments") or []:
+            executor = exp.get("executor") or {}
+            for rev in exp.get("revs") or []:
+                if not rev.get("name"):
+                    continue
+                out[rev["name"]] = {
+                    "rev": rev.get("rev"),
+                    "state": executor.get("state") or "success",
+                    "error": (rev.get("error") or {}).get("msg"),
+                    "log": (executor.get("local") or {}).get("log"),
+                }
+    return out
+
+
+def queue(repo: Path, combos: list[Combo], log: Callable[[str], None] = print) -> None:
+    existing = experiments(repo)
+    stale = [c.name for c in combos if c.name in existing]
+    if stale:
+        log(f"replacing earlier experiments: {', '.join(stale)}")
+        proc = _dvc(repo, "exp", "remove", *stale)
+        if proc.returncode != 0:
+            raise RuntimeError(f"dvc exp remove failed: {proc.stderr.strip()}")
+    for c in combos:
+        args = ["exp", "run", "--queue", "-n", c.name]
+        for k, v in c.overrides.items():
+            args += ["-S", format_override(k, v)]
+        proc = _dvc(repo, *args)
+        if proc.returncode != 0:
+            raise RuntimeError(f"queueing {c.name} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        log(f"queued {c.name}: " + " ".join(format_override(k, v) for k, v in c.overrides.items()))
+
+
+def run_queue(repo: Path, jobs: int = 1, env: dict[str, str] | None = None) -> int:
+    """`dvc exp run --run-all`: every queued experiment; its output streams to this process's stdout."""
+    return _dvc(repo, "exp", "run", "--run-all", "--jobs", str(jobs), env=env, capture=False).returncode
+
+
+def _error_lines(log_path: str | None, limit: int = 5) -> list[str]:
+    """The `error:` lines of a stage (our CLI's format) and DVC's `ERROR:` lines from an experiment's log."""
+    if not log_path or not Path(log_path).exists():
+        return []
+    lines = Path(log_path).read_text(errors="replace").splitlines()
+    errors = [ln.strip() for ln in lines if ln.lstrip().lower().startswith("error")]
+    return list(dict.fromkeys(errors))[-limit:]
+
+
+def collect(repo: Path, combos: list[Combo], results: Path) -> list[dict]:
+    """Write each finished experiment's params and metrics files under `results/<name>/`; return the summary."""
+    exps = experiments(repo)
+    summary = []
+    for c in combos:
+        e = exps.get(c.name)
+        entry = {"name": c.name, "method": c.method, "seed": c.seed, "overrides": c.overrides}
+        if e is None:
+            entry.update(status="missing", error="no experiment of this name for the current commit")
+        elif e["state"] in ("queued", "running"):
+            entry.update(status=e["state"], rev=e["rev"])
+        elif e["state"] != "success" or e["error"]:
+            entry.update(status="failed", rev=e["rev"], log=e["log"],
+                         error="; ".join(_error_lines(e["log"])) or e["error"] or e["state"])
+        else:
+            entry.update(status="success", rev=e["rev"], files=_export(repo, e["rev"], results / c.name))
+        summary.append(entry)
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "sweep.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def _git_show(repo: Path, rev: str, path: str) -> bytes | None:
+    proc = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=repo, capture_output=True)
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def _export(repo: Path, rev: str, dest: Path) -> list[str]:
+    """params.yaml and everything under metrics/ from the experiment's commit into `dest` (replaced), and the
+    last epoch's skill corpus of its RL run as `skills.jsonl` when the DVC cache holds it."""
+    listed = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "--", METRICS_DIR], cwd=repo,
+                            capture_output=True, text=True, check=True).stdout.split()
+    shutil.rmtree(dest, ignore_errors=True)
+    files = ["params.yaml", *listed]
+    for f in files:
+        (dest / f).parent.mkdir(parents=True, exist_ok=True)
+        (dest / f).write_bytes(_git_show(repo, rev, f) or b"")
+    skills = _last_skills(repo, rev, yaml.safe_load((dest / "params.yaml").read_text()) or {})
+    if skills is not None:
+        shutil.copyfile(skills, dest / "skills.jsonl")
+        files.append("skills.jsonl")
+    return files
+
+
+def _runs_manifest(repo: Path, rev: str) -> list[dict]:
+    """The files of the `runs/rl` output at `rev` ({relpath, md5} each), read from the DVC cache; [] if absent."""
+    lock = yaml.safe_load(_git_show(repo, rev, "dvc.lock") or b"{}") or {}
+    outs = ((lock.get("stages") or {}).get("rl") or {}).get("outs") or []
+    md5 = next((o.get("md5") or "" for o in outs if o.get("path") == "runs/rl"), "")
+    path = _cache_file(repo, md5)
+    return json.loads(path.read_text()) if md5.endswith(".dir") and path.exists() else []
+
+
+def _cache_file(repo: Path, md5: str) -> Path:
+    return repo / ".dvc" / "cache" / "files" / "md5" / md5[:2] / md5[2:]
+
+
+def _last_skills(repo: Path, rev: str, params: dict) -> Path | None:
+    """The cached skills.jsonl of the experiment's last epoch (`rl.epochs`) in its RL run folder. runs/rl persists
+    across parameter sets, so folders already in the baseline commit are passed over when another one matches,
+    and a folder may hold later epochs of a longer run with the same parameters."""
+    rl = params_from_dict(params).rl
+    prefix = f"{rl.method}-{rl.advantage}-s{rl.seed}-"
+    found = {e["relpath"]: e["md5"] for e in _runs_manifest(repo, rev)
+             if e["relpath"].startswith(prefix) and e["relpath"].endswith("/skills.jsonl")
+             and (epoch_of(e["relpath"].split("/")[-2]) or 0) <= rl.epochs}
+    baseline = {e["relpath"].split("/")[0] for e in _runs_manifest(repo, f"{rev}~1")}
+    own = {k: v for k, v in found.items() if k.split("/")[0] not in baseline} or found
+    if not own:
+        return None
+    path = _cache_file(repo, own[max(own)])
+    return path if path.exists() else None
+
+
+def report(summary: list[dict]) -> str:
+    """A markdown table of the sweep (also the Prefect artifact of the sweep flow)."""
+    lines = ["| run | status | detail |", "|---|---|---|"]
+    for s in summary:
+        detail = s.get("error") or (f"{len(s.get('files', []))} files, rev {s['rev'][:8]}" if s.get("rev") else "")
+        lines.append(f"| {s['name']} | {s['status']} | {detail} |")
+    return "\n".join(lines)
+
+
+def run_sweep(repo: Path, recipe: str | Path, seeds: int | None = None, methods: list[str] | None = None,
+              run: bool = False, collect_only: bool = False, jobs: int = 1, results: str | Path = "results",
+              group: str | None = None, log: Callable[[str], None] = print) -> list[dict]:
+    """The whole sweep (see the module docstring). Without `run` it only queues, unless `collect_only`."""
+    repo = Path(repo).resolve()
+    combos = load_recipe(repo / recipe if not Path(recipe).is_absolute() else recipe, seeds, methods)
+    results = repo / results if not Path(results).is_absolute() else Path(results)
+    if not collect_only:
+        check_combos(repo, combos)
+        check_repo(repo)
+        queue(repo, combos, log)
+        if not run:
+            log("queued; run them with `dvc exp run --run-all`, then collect with `seed sweep RECIPE --collect`")
+            return []
+        rc = run_queue(repo, jobs, sweep_env(repo, group))
+        if rc != 0:
+            log(f"dvc exp run --run-all exited with {rc}; collecting what finished")
+    summary = collect(repo, combos, results)
+    log(report(summary))
+    return summary

@@ -1,0 +1,42 @@
+"""Evaluation metrics against hand-computed numbers."""
+import pytest
+
+from seed_core.records import Trajectory
+from seed_core.stages.evaluate import average_runs, markdown_table, summarize
+
+
+def traj(task_type, won, length, invalid):
+    return Trajectory(
+        traj_id="x", game_id=f"valid_seen/{task_type}-A-None-B-1/t", split="valid_seen", task_type=task_type, task="t",
+        group_id="g", sample_idx=0, won=won, episode_return=0.0, length=length, invalid_count=invalid,
+    )
+
+
+def test_summarize_hand_computed():
+    trajs = [
+        traj("pick_and_place_simple", True, 4, 0),
+        traj("pick_and_place_simple", True, 6, 1),
+        traj("pick_and_place_simple", False, 10, 2),
+        traj("look_at_obj_in_light", False, 10, 5),
+    ]
+    m = summarize(trajs)
+    assert m["success/pick_and_place_simple"] == pytest.approx(2 / 3)
+    assert m["success/look_at_obj_in_light"] == 0.0
+    assert "success/pick_two_obj_and_place" not in m  # absent types are not counted as 0
+    assert m["success/macro"] == pytest.approx((2 / 3 + 0) / 2)  # 0.3333
+    assert m["success/micro"] == pytest.approx(2 / 4)
+    assert m["invalid_rate"] == pytest.approx(8 / 30)
+    assert m["episode_length"] == pytest.approx(30 / 4)
+
+
+def test_average_runs_and_table():
+    a = {"success/macro": 0.5, "success/micro": 0.25, "invalid_rate": 0.1, "episode_length": 8.0, "success/look_at_obj_in_light": 0.5}
+    b = {"success/macro": 0.7, "success/micro": 0.75, "invalid_rate": 0.3, "episode_length": 6.0, "success/look_at_obj_in_light": 1.0}
+    m = average_runs([a, b])
+    assert m["success/macro"] == pytest.approx(0.6) and m["success/micro"] == pytest.approx(0.5)
+    assert m["success/macro_std"] == pytest.approx(0.1) and m["success/micro_std"] == pytest.approx(0.25)
+    assert m["runs"] == 2
+    table = markdown_table({"base": {"valid_seen": {"sampled": m}}})
+    assert "| base | valid_seen | sampled | – | 75.0 | – | – | – | – | 60.0 | 50.0 | 20.0 | 7.0 | 2 |" in table
+    assert "macro avg" in table and "micro avg" in table
+    assert "| model | split | mode | pick | look | clean | heat | cool | pick2 | macro avg |" in table

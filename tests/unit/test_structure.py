@@ -1,0 +1,172 @@
+"""The architecture as tests: one-way imports between the library's parts, and dvc.yaml's `deps` equal to what
+each stage's code really imports (so `dvc repro` never calls a stage up to date after its code changed)."""
+
+import ast
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+STAGE_MODULES = ("prepare", "warmup", "build_sft_data", "train_analyzer", "rl", "evaluate")
+# Modules a stage imports that cannot change its outputs, so editing them must not re-run it.
+NOT_RESULTS = {
+    "flows/_common.py": "argument parsing, Prefect artifacts and the lineage sidecar; no stage logic",
+    "seed_core/tracking.py": "W&B logging only",
+    "seed_core/tools/lineage.py": "writes the <output>.lineage.json sidecars (records, not results)",
+}
+
+
+def module_file(module: str) -> Path | None:
+    """The file of a `seed_core...` module (a .py file or a package's __init__.py), or None."""
+    base = REPO / module.replace(".", "/")
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+@cache
+def imports(path: Path) -> frozenset[Path]:
+    """Repository files `path` imports, at module level or inside functions (a lazy import runs too), with the
+    __init__.py of every package on the way."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name == "_common":
+                out.add(REPO / "flows/_common.py")
+            if not name.startswith("seed_core"):
+                continue
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__, a/b/__init__, then c
+                if f := module_file(".".join(parts[:i])):
+                    out.add(f)
+    return frozenset(out)
+
+
+def closure(path: Path) -> set[Path]:
+    seen, todo = set(), [path]
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.add(p)
+            todo += imports(p)
+    return seen
+
+
+def docstring_only(path: Path) -> bool:
+    """A package marker: nothing but a docstring, so it cannot change a result."""
+    body = ast.parse(path.read_text()).body
+    return all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body)
+
+
+def rel(p: Path) -> str:
+    return p.relative_to(REPO).as_posix()
+
+
+def seed_core_imports(path: Path) -> set[str]:
+    """Every module name `path` imports (absolute; the library uses no relative imports)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{rel(path)}: relative import; the library imports `seed_core....` absolutely"
+            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+LIBRARY = sorted((REPO / "seed_core").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", LIBRARY, ids=rel)
+def test_library_imports_neither_prefect_nor_dvc(path):
+    bad = sorted(m for m in seed_core_imports(path) if m.split(".")[0] in ("prefect", "dvc"))
+    assert not bad, f"{rel(path)} imports {bad}: seed_core runs without Prefect or DVC; move it to flows/"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "seed_core/stages").glob("*.py")), ids=rel)
+def test_a_stage_imports_no_other_stage(path):
+    own = f"seed_core.stages.{path.stem}"
+    bad = sorted(m for m in seed_core_imports(path) if m.startswith("seed_core.stages.") and not m.startswith(own))
+    assert not bad, f"{rel(path)} imports {bad}: a stage imports no other stage; move the shared piece down"
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "seed_core").glob("[!_]*/**/*.py")) + sorted((REPO / "seed_core").glob("*.py")), ids=rel)
+def test_imports_point_down(path):
+    """tools -> stages -> method -> envs, policy -> plumbing: nothing imports a part above it."""
+    part = rel(path).split("/")[1]
+    above = {"method": ("stages", "tools"), "envs": ("stages", "tools"), "policy": ("stages", "tools", "method"),
+             "stages": ("tools",)}.get(part, ("stages", "tools") if part.endswith(".py") else ())
+    bad = sorted(m for m in seed_core_imports(path) if m.split(".")[:2][-1] in above and m.startswith("seed_core."))
+    assert not bad, f"{rel(path)} imports {bad}; see ARCHITECTURE.md for the import rules"
+
+
+def test_layout_matches_stage_names():
+    assert sorted(p.stem for p in (REPO / "seed_core/stages").glob("[!_]*.py")) == sorted(STAGE_MODULES)
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    assert set(STAGE_MODULES) <= set(stages)
+
+
+def dvc_stages() -> dict[str, dict]:
+    return yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+
+
+def stage_params(stage: dict) -> list[str]:
+    return [p for p in stage.get("params", []) if isinstance(p, str)]
+
+
+def param_value(params: dict, key: str):
+    for k in key.split("."):
+        params = params[k]
+    return params
+
+
+def recipe_files(value) -> set[str]:
+    """Repository files a params value names (e.g. rl.sdar_skills: recipes/sdar_skills_alfworld.yaml)."""
+    if isinstance(value, dict):
+        return set().union(*(recipe_files(v) for v in value.values())) if value else set()
+    if isinstance(value, str) and re.fullmatch(r"[\w./-]+\.\w+", value) and (REPO / value).is_file():
+        return {value}
+    return set()
+
+
+def stage_code(name: str, stage: dict) -> set[str]:
+    cmd = stage["do"]["cmd"] if "do" in stage else stage["cmd"]
+    flow = re.search(r"python (flows/\w+\.py)", cmd)
+    assert flow, f"stage {name}: cmd {cmd!r} does not run a flow"
+    code = {rel(p) for p in closure(REPO / flow.group(1)) if not docstring_only(p)}
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    for key in stage_params(stage["do"] if "do" in stage else stage):
+        code |= recipe_files(param_value(params, key))
+    return code
+
+
+@pytest.mark.parametrize("name", list(dvc_stages()))
+def test_dvc_deps_cover_the_code_a_stage_runs(name):
+    stage = dvc_stages()[name]
+    body = stage["do"] if "do" in stage else stage
+    deps = {d for d in body.get("deps", [])}
+    needed = stage_code(name, stage) - set(NOT_RESULTS)
+    missing = sorted(f for f in needed if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps))
+    assert not missing, f"dvc.yaml stage {name} runs code missing from its deps: {missing}; add them to its deps"
+    code_deps = {d for d in deps if d.startswith(("seed_core/", "flows/", "recipes/"))}
+    extra = sorted(code_deps - needed - set(NOT_RESULTS))
+    assert not extra, f"dvc.yaml stage {name} lists deps its code does not import: {extra}; remove them"
+
+
+def test_the_closure_follows_lazy_imports_and_packages():
+    """The test above is only as good as this: a function-level import counts, and so does each package's
+    __init__.py on the way to a module."""
+    code = {rel(p) for p in closure(REPO / "seed_core/stages/train_analyzer.py")}
+    assert {"seed_core/envs/__init__.py", "seed_core/envs/alfworld/__init__.py", "seed_core/envs/alfworld/expert.py",
+            "seed_core/sft.py", "seed_core/method/teachers.py"} <= code
+    assert "seed_core/stages/rl.py" not in code
