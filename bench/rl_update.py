@@ -9,6 +9,7 @@ measurement then runs in its own process (so peak RSS is its own), from the same
 - forward: a plain full-logits forward pass over the same prompt+response tokens.
 The SEED/GRPO ratio is reported for the update alone and for the whole update including the shared collection.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,32 +92,62 @@ def main() -> None:
     t = trainer(params, model_dir, "grpo")
     with open_pool(root, params.env.workers) as pool:
         start = time.perf_counter()
-        trajs = play(t.policy, pool, games_for_update(train, params.rl, 0), group_size=params.rl.group_size,
-                     env=params.env, gen=params.rollout, seed=0, tag="bench", progress=False)
+        trajs = play(
+            t.policy,
+            pool,
+            games_for_update(train, params.rl, 0),
+            group_size=params.rl.group_size,
+            env=params.env,
+            gen=params.rollout,
+            seed=0,
+            tag="bench",
+            progress=False,
+        )
         collect_s = time.perf_counter() - start
     write_jsonl(args.batch, trajs)
     del t
 
     res = {}
     for mode in ("grpo", "seed", "rescore", "forward"):
-        proc = subprocess.run([sys.executable, __file__, "--worker", mode, "--params", args.params, "--model", str(model_dir), "--batch", args.batch],
-                              capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                mode,
+                "--params",
+                args.params,
+                "--model",
+                str(model_dir),
+                "--batch",
+                args.batch,
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         res[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
     g, s = res["grpo"]["seconds"], res["seed"]["seconds"]
-    print(json.dumps({
-        "bench": "rl_update",
-        "model": str(model_dir.relative_to(REPO) if model_dir.is_relative_to(REPO) else model_dir),
-        "episodes": len(trajs),
-        "steps": sum(tr.length for tr in trajs),
-        "seed_over_grpo_update_only": round(s / g, 3),
-        "seed_over_grpo_with_collection": round((s + collect_s) / (g + collect_s), 3),
-        "rescore_tokens_per_s": round(res["rescore"]["tokens"] / res["rescore"]["seconds"], 1),
-        "plain_forward_tokens_per_s": round(res["forward"]["tokens"] / res["forward"]["seconds"], 1),
-        "rescore_over_plain_forward_throughput": round(res["forward"]["seconds"] / res["rescore"]["seconds"], 3),
-        "peak_rss_mb": {k: round(v["peak_rss_mb"]) for k, v in res.items()},
-        "seconds": {"collect": round(collect_s, 1), **{k: round(v["seconds"], 1) for k, v in res.items()}},
-        "seed_metrics": res["seed"]["metrics"],
-    }))
+    print(
+        json.dumps(
+            {
+                "bench": "rl_update",
+                "model": str(model_dir.relative_to(REPO) if model_dir.is_relative_to(REPO) else model_dir),
+                "episodes": len(trajs),
+                "steps": sum(tr.length for tr in trajs),
+                "seed_over_grpo_update_only": round(s / g, 3),
+                "seed_over_grpo_with_collection": round((s + collect_s) / (g + collect_s), 3),
+                "rescore_tokens_per_s": round(res["rescore"]["tokens"] / res["rescore"]["seconds"], 1),
+                "plain_forward_tokens_per_s": round(res["forward"]["tokens"] / res["forward"]["seconds"], 1),
+                "rescore_over_plain_forward_throughput": round(
+                    res["forward"]["seconds"] / res["rescore"]["seconds"], 3
+                ),
+                "peak_rss_mb": {k: round(v["peak_rss_mb"]) for k, v in res.items()},
+                "seconds": {"collect": round(collect_s, 1), **{k: round(v["seconds"], 1) for k, v in res.items()}},
+                "seed_metrics": res["seed"]["metrics"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

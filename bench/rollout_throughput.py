@@ -7,6 +7,7 @@ Measured in one run, on the same prompts and games:
 - environment: walkthrough replay with 1 versus 2 worker processes (env steps/s).
 Absolute times on shared machines are noisy; read the ratios.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,11 +50,21 @@ def plain_generate_tps(model, tok, prompts: list[str], batch: int, max_new: int)
     """Baseline: fp32 HF generate, batches in arrival order, no stop strings."""
     n_tokens, t0 = 0, time.perf_counter()
     for i in range(0, len(prompts), batch):
-        chunk = [tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False) for p in prompts[i : i + batch]]
+        chunk = [
+            tok.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+            for p in prompts[i : i + batch]
+        ]
         tok.padding_side = "left"
         enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.inference_mode():
-            out = model.generate(**enc, do_sample=True, temperature=1.0, top_k=None, max_new_tokens=max_new, pad_token_id=tok.pad_token_id)
+            out = model.generate(
+                **enc,
+                do_sample=True,
+                temperature=1.0,
+                top_k=None,
+                max_new_tokens=max_new,
+                pad_token_id=tok.pad_token_id,
+            )
         new = out[:, enc["input_ids"].shape[1] :]
         n_tokens += int((new != tok.pad_token_id).sum())
     return n_tokens / (time.perf_counter() - t0)
@@ -73,7 +84,17 @@ def rollout_rates(policy, root, entries, episodes: int, max_steps: int, max_new:
         steps = tokens = 0
         t0 = time.perf_counter()
         for i in range(0, len(entries), episodes):
-            trajs = play(policy, pool, entries[i : i + episodes], group_size=1, env=env, gen=gen, seed=i, tag="bench", progress=False)
+            trajs = play(
+                policy,
+                pool,
+                entries[i : i + episodes],
+                group_size=1,
+                env=env,
+                gen=gen,
+                seed=i,
+                tag="bench",
+                progress=False,
+            )
             steps += sum(t.length for t in trajs)
             tokens += sum(len(s.response_ids) for t in trajs for s in t.steps)
         dt = time.perf_counter() - t0
@@ -81,7 +102,10 @@ def rollout_rates(policy, root, entries, episodes: int, max_steps: int, max_new:
 
 
 def env_rate(root, games: list[str], workers: int) -> float:
-    plans = {i: AlfworldGame.walkthrough(type("G", (), {"path": root / "json_2.1.1" / g / "game.tw-pddl"})()) for i, g in enumerate(games)}
+    plans = {
+        i: AlfworldGame.walkthrough(type("G", (), {"path": root / "json_2.1.1" / g / "game.tw-pddl"})())
+        for i, g in enumerate(games)
+    }
     with EnvPool(root, workers) as pool:
         t0 = time.perf_counter()
         pool.reset(games)
@@ -95,7 +119,9 @@ def env_rate(root, games: list[str], workers: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", default=str(REPO / "models/base"), help="HF folder (default: models/base from `dvc repro prepare`)")
+    ap.add_argument(
+        "--model", default=str(REPO / "models/base"), help="HF folder (default: models/base from `dvc repro prepare`)"
+    )
     ap.add_argument("--games", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--max-steps", type=int, default=2)
@@ -119,20 +145,24 @@ def main() -> None:
     r16 = rollout_rates(policy, root, entries, 16, args.max_steps, args.max_new_tokens)
     e1, e2 = env_rate(root, games[:8], 1), env_rate(root, games[:8], 2)
 
-    print(json.dumps({
-        "bench": "rollout_throughput",
-        "dtype": str(dtype).replace("torch.", ""),
-        "prompts": len(prompts),
-        "gen_tokens_per_s_plain_fp32_b16": round(baseline, 2),
-        "gen_tokens_per_s_ours_b16": round(ours, 2),
-        "gen_speedup_ours_vs_plain": round(ours / baseline, 3),
-        "rollout_env_steps_per_s": {"b1": round(r1[0], 3), "b8": round(r8[0], 3), "b16": round(r16[0], 3)},
-        "rollout_tokens_per_s": {"b1": round(r1[1], 2), "b8": round(r8[1], 2), "b16": round(r16[1], 2)},
-        "rollout_speedup_b8_vs_b1": round(r8[0] / r1[0], 3),
-        "rollout_speedup_b16_vs_b1": round(r16[0] / r1[0], 3),
-        "env_steps_per_s": {"workers1": round(e1, 2), "workers2": round(e2, 2)},
-        "env_speedup_2_vs_1_workers": round(e2 / e1, 3),
-    }))
+    print(
+        json.dumps(
+            {
+                "bench": "rollout_throughput",
+                "dtype": str(dtype).replace("torch.", ""),
+                "prompts": len(prompts),
+                "gen_tokens_per_s_plain_fp32_b16": round(baseline, 2),
+                "gen_tokens_per_s_ours_b16": round(ours, 2),
+                "gen_speedup_ours_vs_plain": round(ours / baseline, 3),
+                "rollout_env_steps_per_s": {"b1": round(r1[0], 3), "b8": round(r8[0], 3), "b16": round(r16[0], 3)},
+                "rollout_tokens_per_s": {"b1": round(r1[1], 2), "b8": round(r8[1], 2), "b16": round(r16[1], 2)},
+                "rollout_speedup_b8_vs_b1": round(r8[0] / r1[0], 3),
+                "rollout_speedup_b16_vs_b1": round(r16[0] / r1[0], 3),
+                "env_steps_per_s": {"workers1": round(e1, 2), "workers2": round(e2, 2)},
+                "env_speedup_2_vs_1_workers": round(e2 / e1, 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

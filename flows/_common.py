@@ -3,6 +3,7 @@
 Flows are thin: they parse paths, call one `seed_core` function, and publish a small report. All logic lives
 in `seed_core`, which never imports Prefect.
 """
+
 from __future__ import annotations
 
 import argparse

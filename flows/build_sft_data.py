@@ -1,5 +1,6 @@
 """Prefect flow of the `build_sft_data` stage: roll out the starting policy, label every trajectory with the
 teacher's hindsight skill, write the analyzer SFT set (train / validation by game)."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,12 @@ def report(metrics: dict, samples: list[dict]) -> str:
     lines += [f"| {k} | {round(v, 4) if isinstance(v, float) else v} |" for k, v in metrics.items()]
     lines += ["", f"### Sample skills ({min(SAMPLES, len(samples))} of {len(samples)})", ""]
     for s in samples[:SAMPLES]:
-        lines += [f"**{s['task_type']}**, {s['outcome']} ({s['split']}): {s['task']}", "",
-                  f"> {s['episode_skill']}", ""]
+        lines += [
+            f"**{s['task_type']}**, {s['outcome']} ({s['split']}): {s['task']}",
+            "",
+            f"> {s['episode_skill']}",
+            "",
+        ]
     return "\n".join(lines)
 
 

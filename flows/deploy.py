@@ -5,6 +5,7 @@ pool (README, "GPU machine"), and this script serves them with `prefect.serve`, 
 (`$PREFECT_API_URL`) for their runs and executes each in a subprocess of this checkout. Schedules written
 in prefect.yaml (`cron` or `interval` entries) are served too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,13 +35,15 @@ def deployments(spec: Path = REPO / "prefect.yaml") -> list:
     for d in yaml.safe_load(spec.read_text())["deployments"]:
         path, _, func = d["entrypoint"].partition(":")
         fl = getattr(importlib.import_module(Path(path).stem), func)
-        out.append(fl.to_deployment(
-            name=d["name"],
-            description=d.get("description"),
-            tags=d.get("tags"),
-            parameters=d.get("parameters") or {},
-            schedules=[_schedule(s) for s in d.get("schedules") or []],
-        ))
+        out.append(
+            fl.to_deployment(
+                name=d["name"],
+                description=d.get("description"),
+                tags=d.get("tags"),
+                parameters=d.get("parameters") or {},
+                schedules=[_schedule(s) for s in d.get("schedules") or []],
+            )
+        )
     return out
 
 

@@ -1,4 +1,5 @@
 """Prefect flow of the `evaluate` stage: success per task type on seen and unseen games, no skills."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -36,4 +37,9 @@ def evaluate(
 
 
 if __name__ == "__main__":
-    cli(evaluate, help={"model": "NAME=PATH of a model to evaluate (repeatable; default: models/<name> for each of evaluate.models)"})
+    cli(
+        evaluate,
+        help={
+            "model": "NAME=PATH of a model to evaluate (repeatable; default: models/<name> for each of evaluate.models)"
+        },
+    )

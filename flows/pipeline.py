@@ -9,6 +9,7 @@ overrides applied) are refused before DVC starts, with the same message as `seed
 fails the flow with the stage's own `error:` lines and DVC's exit code. The pipeline itself is never
 retried (training is not flaky); only `dvc push` to the remote is.
 """
+
 from __future__ import annotations
 
 import os
@@ -75,8 +76,9 @@ def push(env: dict[str, str]) -> None:
 
 
 @flow(name="seed-pipeline")
-def pipeline(target: str | None = None, set_params: list[str] | None = None, force: bool = False,
-             push_outputs: bool = False) -> None:
+def pipeline(
+    target: str | None = None, set_params: list[str] | None = None, force: bool = False, push_outputs: bool = False
+) -> None:
     """`dvc repro [target]`; with `set_params` (e.g. ["rl.method=grpo"]) a `dvc exp run -S ...` instead.
     `push_outputs` then pushes every output to the default DVC remote."""
     check_params(REPO / "params.yaml", parse_set_params(set_params or []))
@@ -115,7 +117,9 @@ def run(**kw) -> None:
 if __name__ == "__main__":
     ap = parser(__doc__)
     ap.add_argument("target", nargs="?", default=None, help="a dvc.yaml stage (default: the whole pipeline)")
-    ap.add_argument("-S", "--set-params", action="append", default=None, help="KEY=VALUE override (runs a DVC experiment)")
+    ap.add_argument(
+        "-S", "--set-params", action="append", default=None, help="KEY=VALUE override (runs a DVC experiment)"
+    )
     ap.add_argument("--force", action="store_true", help="re-run stages even if up to date")
     ap.add_argument("--push", dest="push_outputs", action="store_true", help="dvc push the outputs afterwards")
     args = ap.parse_args()

@@ -1,4 +1,5 @@
 """Prefect flow of the `prepare` stage: verify the games, materialize models/base, write the manifests."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,12 @@ def prepare(params: str = "params.yaml", model_dir: str = "models/base", manifes
     counts = run_prepare(p, Path(model_dir), Path(manifest_dir))
     get_run_logger().info("manifests written: %s", counts)
     publish("prepare", "## prepare\n\nGames per manifest:\n```\n" + json.dumps(counts, indent=2) + "\n```")
-    record_stage("prepare", [model_dir, manifest_dir], params,
-                 inputs={"alfworld_data": str(data_root(p.data.alfworld_data)), "base_model": p.model.name_or_path})
+    record_stage(
+        "prepare",
+        [model_dir, manifest_dir],
+        params,
+        inputs={"alfworld_data": str(data_root(p.data.alfworld_data)), "base_model": p.model.name_or_path},
+    )
     track_stage("prepare", p, counts)
     return counts
 

@@ -4,6 +4,7 @@ Each parameter set trains in its own folder under --runs-dir (named by a hash of
 the run), so a killed `dvc repro` resumes after the last complete epoch, and `dvc exp run -S rl.method=...`
 starts a fresh run instead of clobbering another one.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,12 +35,22 @@ def rl(
     init = Path(INIT[p.rl.init])
     run_dir = Path(runs_dir) / run_folder_name(p, init)
     run = RLRun(p, init, Path(manifest_dir), run_dir, log=log.info)
-    log.info("method %s, advantage %s, start %s, run folder %s, epochs left %s", p.rl.method, p.rl.advantage, init, run_dir, run.pending())
+    log.info(
+        "method %s, advantage %s, start %s, run folder %s, epochs left %s",
+        p.rl.method,
+        p.rl.advantage,
+        init,
+        run_dir,
+        run.pending(),
+    )
     for epoch in run.pending():
         epoch_task.with_options(task_run_name=f"epoch-{epoch}")(run, epoch)
     summary = run.finish(Path(out_dir), Path(metrics), Path(plots))
     rows = "\n".join(f"| {k} | {v:.4g} |" for k, v in summary["mean_over_updates"].items())
-    publish("rl", f"## rl ({p.rl.method}, {p.rl.advantage})\n\nrun folder `{run_dir}`\n\n| metric (mean over updates) | value |\n|---|---|\n{rows}\n")
+    publish(
+        "rl",
+        f"## rl ({p.rl.method}, {p.rl.advantage})\n\nrun folder `{run_dir}`\n\n| metric (mean over updates) | value |\n|---|---|\n{rows}\n",
+    )
     record_stage("rl", [runs_dir, out_dir, plots, metrics], params, inputs={"run_dir": str(run_dir)})
     return summary
 

@@ -4,6 +4,7 @@ the results for `seed report` (all in `seed_core/sweep.py`; `seed sweep` does th
 A failed experiment does not stop the others: the flow collects every finished one, publishes the table, and
 then fails naming the failed runs.
 """
+
 from __future__ import annotations
 
 from prefect import flow, get_run_logger
@@ -18,17 +19,34 @@ class SweepError(RuntimeError):
 
 
 @flow(name="seed-sweep")
-def sweep(recipe: str = "recipes/sweeps/methods.yaml", seeds: int | None = None, methods: list[str] | None = None,
-          run: bool = True, jobs: int = 1, results: str = "results") -> list[dict]:
+def sweep(
+    recipe: str = "recipes/sweeps/methods.yaml",
+    seeds: int | None = None,
+    methods: list[str] | None = None,
+    run: bool = True,
+    jobs: int = 1,
+    results: str = "results",
+) -> list[dict]:
     log = get_run_logger()
-    summary = run_sweep(REPO, recipe, seeds=seeds, methods=methods, run=run, jobs=jobs, results=results,
-                        group=f"sweep-{flow_run.id or 'local'}", log=log.info)
+    summary = run_sweep(
+        REPO,
+        recipe,
+        seeds=seeds,
+        methods=methods,
+        run=run,
+        jobs=jobs,
+        results=results,
+        group=f"sweep-{flow_run.id or 'local'}",
+        log=log.info,
+    )
     if summary:
         publish("sweep", f"## sweep `{recipe}`\n\nresults in `{results}/`\n\n{report(summary)}\n")
     failed = [s["name"] for s in summary if s["status"] != "success"]
     if failed:
-        raise SweepError(f"{len(failed)} of {len(summary)} sweep runs did not succeed: {', '.join(failed)}; "
-                         f"the others are in {results}/ (details in {results}/sweep.json)")
+        raise SweepError(
+            f"{len(failed)} of {len(summary)} sweep runs did not succeed: {', '.join(failed)}; "
+            f"the others are in {results}/ (details in {results}/sweep.json)"
+        )
     return summary
 
 

@@ -1,5 +1,6 @@
 """Prefect flow of the `train_analyzer` stage: SFT of the starting policy into the analyzer (analyzer prompt ->
 skill JSON), and its held-out parse rate and skill quality before versus after."""
+
 from __future__ import annotations
 
 import json
@@ -16,20 +17,33 @@ SAMPLES = 3
 
 
 def report(metrics: dict, heldout: list[dict]) -> str:
-    lines = ["## train_analyzer", "", "Held-out trajectories, analyzer before SFT (starting model) vs after:", "",
-             "| metric | before | after |", "|---|---|---|"]
+    lines = [
+        "## train_analyzer",
+        "",
+        "Held-out trajectories, analyzer before SFT (starting model) vs after:",
+        "",
+        "| metric | before | after |",
+        "|---|---|---|",
+    ]
     for k in ("parse_rate", "skill_token_f1", "target_location_hit", "skill_chars_mean"):
         b, a = metrics.get(f"analyzer/before/{k}"), metrics.get(f"analyzer/after/{k}")
         lines.append(f"| {k} | {'–' if b is None else round(b, 3)} | {'–' if a is None else round(a, 3)} |")
     lines += ["", "| metric | value |", "|---|---|"]
-    lines += [f"| {k} | {round(v, 4) if isinstance(v, float) else v} |" for k, v in metrics.items()
-              if not k.startswith(("analyzer/before/", "analyzer/after/"))]
+    lines += [
+        f"| {k} | {round(v, 4) if isinstance(v, float) else v} |"
+        for k, v in metrics.items()
+        if not k.startswith(("analyzer/before/", "analyzer/after/"))
+    ]
     lines += ["", f"### Sample held-out skills ({min(SAMPLES, len(heldout))} of {len(heldout)})", ""]
     for h in heldout[:SAMPLES]:
-        lines += [f"**{h['task_type']}**, {h['outcome']} (`{h['traj_id']}`)", "",
-                  f"- teacher: {h['teacher_skill']}",
-                  f"- before ({h['before_status']}): {h['before_skill'] or repr(h['before_raw'][:200])}",
-                  f"- after ({h['after_status']}): {h['after_skill'] or repr(h['after_raw'][:200])}", ""]
+        lines += [
+            f"**{h['task_type']}**, {h['outcome']} (`{h['traj_id']}`)",
+            "",
+            f"- teacher: {h['teacher_skill']}",
+            f"- before ({h['before_status']}): {h['before_skill'] or repr(h['before_raw'][:200])}",
+            f"- after ({h['after_status']}): {h['after_skill'] or repr(h['after_raw'][:200])}",
+            "",
+        ]
     return "\n".join(lines)
 
 

@@ -1,4 +1,5 @@
 """Prefect flow of the `warmup` stage: behaviour-cloning SFT on expert steps (tiny models only)."""
+
 from __future__ import annotations
 
 import json

@@ -3,6 +3,7 @@
 Unknown keys, wrong types and impossible values are refused with a message naming the key and what is
 allowed, so a typo in a recipe fails in a second, not after an hour of rollouts.
 """
+
 from __future__ import annotations
 
 import ast
@@ -199,9 +200,16 @@ class TeacherConfig:
     def __post_init__(self) -> None:
         if self.kind == "openai":
             _check(bool(self.model), "teacher.model", "must name the endpoint's model when teacher.kind is openai")
-            _check(self.api_key_env.isidentifier(), "teacher.api_key_env", "must be an environment variable NAME, not a key")
-        _check(self.oracle_max_chars is None or self.oracle_max_chars >= 40, "teacher.oracle_max_chars",
-               f"must be null or >= 40, got {self.oracle_max_chars}")
+            _check(
+                self.api_key_env.isidentifier(),
+                "teacher.api_key_env",
+                "must be an environment variable NAME, not a key",
+            )
+        _check(
+            self.oracle_max_chars is None or self.oracle_max_chars >= 40,
+            "teacher.oracle_max_chars",
+            f"must be null or >= 40, got {self.oracle_max_chars}",
+        )
         _check(self.concurrency >= 1, "teacher.concurrency", f"must be >= 1, got {self.concurrency}")
         _check(self.max_retries >= 0, "teacher.max_retries", f"must be >= 0, got {self.max_retries}")
 
@@ -252,7 +260,11 @@ class AnalyzerSFTConfig:
         _check(self.epochs > 0, "train_analyzer.epochs", f"must be > 0, got {self.epochs}")
         _check(self.rehearsal_games >= 0, "train_analyzer.rehearsal_games", f"must be >= 0, got {self.rehearsal_games}")
         _check(self.learning_rate > 0, "train_analyzer.learning_rate", f"must be > 0, got {self.learning_rate}")
-        _check(self.lora_r is None or self.lora_r >= 1, "train_analyzer.lora_r", "must be >= 1, or null for full fine-tuning")
+        _check(
+            self.lora_r is None or self.lora_r >= 1,
+            "train_analyzer.lora_r",
+            "must be >= 1, or null for full fine-tuning",
+        )
 
 
 @dataclass(frozen=True)
@@ -431,7 +443,7 @@ def _prefixed(err: ConfigError, cls: type, prefix: str) -> ConfigError:
     m = re.match(r"params: `([^`]+)`", str(err))
     if not prefix or m is None or m.group(1) not in {f.name for f in dataclasses.fields(cls)}:
         return err
-    return ConfigError(f"params: `{prefix}.{m.group(1)}`{str(err)[m.end():]}")
+    return ConfigError(f"params: `{prefix}.{m.group(1)}`{str(err)[m.end() :]}")
 
 
 def params_from_dict(raw: dict[str, Any] | None) -> Params:

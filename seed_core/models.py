@@ -5,6 +5,7 @@ it on load; we then save a plain safetensors HF folder, so every later stage (an
 normal checkpoint. Any other name is an HF id or a local folder, loaded as is (offline unless the user
 turns HF_HUB_OFFLINE off).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -98,7 +99,8 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
     if p.is_dir() and not any(p.glob("*.safetensors")):
         pickles = sorted(f.name for ext in PICKLE_SUFFIXES for f in p.glob(f"*{ext}"))
         raise ModelError(
-            f"no safetensors weights in {p}" + (f" (only pickle files: {', '.join(pickles)})" if pickles else "")
+            f"no safetensors weights in {p}"
+            + (f" (only pickle files: {', '.join(pickles)})" if pickles else "")
             + "; checkpoints are loaded from safetensors only, since unpickling can run code. Convert it once, "
             "in a setting you trust: load it with transformers and `save_pretrained(folder, safe_serialization=True)`"
         )

@@ -4,6 +4,7 @@ Records are plain dataclasses written as JSON lines. Every file goes through `at
 folder through `publish_dir`: both write under a temporary name and rename, so a killed stage never leaves a
 half-written output behind. RL run folders hold one `epoch_NNN/` per checkpointed epoch (`epoch_dir`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -100,8 +101,14 @@ def storage_error(path: str | os.PathLike, e: BaseException) -> StorageError:
     code = getattr(e, "errno", None)
     text = str(e)
     if code is None:  # e.g. safetensors' SafetensorError("... No space left on device (os error 28)")
-        code = next((c for c in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES)
-                     if f"(os error {c})" in text), None)
+        code = next(
+            (
+                c
+                for c in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES)
+                if f"(os error {c})" in text
+            ),
+            None,
+        )
     folder = Path(path).parent
     if code in (errno.ENOSPC, errno.EDQUOT):
         why = f"the disk is full (no space left on the filesystem of {folder}); free space there and re-run the stage"

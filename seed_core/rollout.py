@@ -5,6 +5,7 @@ prompts, then one parallel environment step. A group is `group_size` episodes of
 different samples (a GRPO group). An episode ends when it is won or after `max_steps` steps.
 `summarize` is the success summary of played trajectories that RL metrics and evaluation share.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -68,7 +69,12 @@ def play(
             for ep in (episodes[i] for i in live)
         ]
         gens = policy.generate(
-            prompts, temperature=gen.temperature, top_p=gen.top_p, max_new_tokens=gen.max_new_tokens, stop=STOP, seed=seed * 10_007 + t
+            prompts,
+            temperature=gen.temperature,
+            top_p=gen.top_p,
+            max_new_tokens=gen.max_new_tokens,
+            stop=STOP,
+            seed=seed * 10_007 + t,
         )
         parsed = [parse_response(g.text) for g in gens]
         results = pool.step({i: action for i, (action, _) in zip(live, parsed)})

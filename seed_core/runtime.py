@@ -1,4 +1,5 @@
 """Process-wide set-up shared by every stage: seeding, offline hub, quiet third-party defaults."""
+
 from __future__ import annotations
 
 import os

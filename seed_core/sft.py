@@ -14,6 +14,7 @@ is kept beside it in `adapter/`. On CPU the batch is built by gradient accumulat
 which wastes no compute on padding (step prompts range from ~400 to ~1,300 tokens); on GPU it is one
 padded micro-batch.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -58,7 +59,9 @@ DATA_ARGS = dict(
 )
 
 
-def sft_args(out_dir: Path, *, epochs: float, learning_rate: float, batch_size: int, max_seq_len: int, seed: int, cpu: bool):
+def sft_args(
+    out_dir: Path, *, epochs: float, learning_rate: float, batch_size: int, max_seq_len: int, seed: int, cpu: bool
+):
     from trl import SFTConfig
 
     micro = 1 if cpu else batch_size
@@ -119,21 +122,42 @@ def _fitting(tokenizer, examples: list[dict], max_seq_len: int) -> list[dict]:
     return [x for x, n in zip(examples, lengths) if n <= max_seq_len]
 
 
-def make_trainer(model, tokenizer, train: list[dict], eval: list[dict] | None, work_dir: Path, *, epochs: float,
-                 learning_rate: float, batch_size: int, lora_r: int | None, lora_alpha: int, max_seq_len: int,
-                 seed: int, callbacks: tuple = ()):
+def make_trainer(
+    model,
+    tokenizer,
+    train: list[dict],
+    eval: list[dict] | None,
+    work_dir: Path,
+    *,
+    epochs: float,
+    learning_rate: float,
+    batch_size: int,
+    lora_r: int | None,
+    lora_alpha: int,
+    max_seq_len: int,
+    seed: int,
+    callbacks: tuple = (),
+):
     """The SFTTrainer `train_sft` runs (exposed so tests can inspect its prepared datasets)."""
     from peft import LoraConfig
     from trl import SFTTrainer
 
     peft_config = None
     if lora_r is not None:
-        peft_config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules="all-linear",
-                                 task_type="CAUSAL_LM")
+        peft_config = LoraConfig(
+            r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
+        )
     return SFTTrainer(
         model=model,
-        args=sft_args(work_dir, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size,
-                      max_seq_len=max_seq_len, seed=seed, cpu=not torch.cuda.is_available()),
+        args=sft_args(
+            work_dir,
+            epochs=epochs,
+            learning_rate=learning_rate,
+            batch_size=batch_size,
+            max_seq_len=max_seq_len,
+            seed=seed,
+            cpu=not torch.cuda.is_available(),
+        ),
         train_dataset=to_conversational(train),
         eval_dataset=to_conversational(eval) if eval else None,
         processing_class=tokenizer,
@@ -189,9 +213,21 @@ def train_sft(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.work.", dir=out_dir.parent))
     try:
-        trainer = make_trainer(model, tokenizer, train, eval, work, epochs=epochs, learning_rate=learning_rate,
-                               batch_size=batch_size, lora_r=lora_r, lora_alpha=lora_alpha, max_seq_len=max_seq_len,
-                               seed=seed, callbacks=(_Log(),))
+        trainer = make_trainer(
+            model,
+            tokenizer,
+            train,
+            eval,
+            work,
+            epochs=epochs,
+            learning_rate=learning_rate,
+            batch_size=batch_size,
+            lora_r=lora_r,
+            lora_alpha=lora_alpha,
+            max_seq_len=max_seq_len,
+            seed=seed,
+            callbacks=(_Log(),),
+        )
         ds = trainer.train_dataset
         metrics |= {
             "data/examples": len(train),  # after dropping over-long ones
@@ -239,9 +275,9 @@ def write_dataset(rows: dict[str, list[dict[str, str]]], path: Path) -> None:
     features = Features({c: Value("string") for c in SFT_COLUMNS})
     # Column-wise, so a split left without examples (every teacher answer for its games dropped) is an empty
     # split with the right columns rather than an error (`from_list([])` cannot see the columns).
-    DatasetDict({
-        k: Dataset.from_dict({c: [r[c] for r in rows[k]] for c in SFT_COLUMNS}, features=features) for k in SFT_SPLITS
-    }).save_to_disk(str(path))
+    DatasetDict(
+        {k: Dataset.from_dict({c: [r[c] for r in rows[k]] for c in SFT_COLUMNS}, features=features) for k in SFT_SPLITS}
+    ).save_to_disk(str(path))
 
 
 def load_examples(sft_dir: str | Path) -> dict[str, list[dict[str, str]]]:

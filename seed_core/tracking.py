@@ -15,6 +15,7 @@
   content-addressed DVC cache object (or the workspace path for uncached outputs) when it exists, without
   reading it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,8 +34,20 @@ SECRET_KEY = re.compile(r"(^|[_\-.])(api[_\-]?key|key|token|secret|password|pass
 SECRET_ENV = re.compile(r"(API_?KEY|TOKEN|SECRET|PASSWORD)$", re.I)
 """Environment variables whose values are treated as secrets, besides the one `teacher.api_key_env` names."""
 
-SKILL_COLUMNS = ("update", "task_type", "outcome", "parse_status", "skill", "summary", "rescore.delta_mean",
-                 "rescore.gate_mean", "trajectory.won", "trajectory.length", "trajectory.task", "game_id")
+SKILL_COLUMNS = (
+    "update",
+    "task_type",
+    "outcome",
+    "parse_status",
+    "skill",
+    "summary",
+    "rescore.delta_mean",
+    "rescore.gate_mean",
+    "trajectory.won",
+    "trajectory.length",
+    "trajectory.task",
+    "game_id",
+)
 """Columns of the skills table, as dotted paths into an RL skill-corpus entry (`rl.skill_corpus`)."""
 
 
@@ -162,8 +175,16 @@ def dvc_outputs(lock: Path, stages: Iterable[str] | None = None) -> list[dict]:
             continue
         deps = {d["path"]: d.get("md5") for d in info.get("deps", [])}
         for o in info.get("outs", []):
-            out.append({"path": o["path"], "md5": o.get("md5"), "size": o.get("size"), "nfiles": o.get("nfiles"),
-                        "stage": stage, "deps": deps})
+            out.append(
+                {
+                    "path": o["path"],
+                    "md5": o.get("md5"),
+                    "size": o.get("size"),
+                    "nfiles": o.get("nfiles"),
+                    "stage": stage,
+                    "deps": deps,
+                }
+            )
     return out
 
 

@@ -1,4 +1,5 @@
 """Test set-up: real ALFWorld data from the repo's install, every HOME-like path in a temp folder."""
+
 from __future__ import annotations
 
 import os
@@ -70,13 +71,22 @@ def prefect_server(tmp_path_factory):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, PREFECT_HOME=str(home / "home"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PREFECT_UI_ENABLED="false")
+    env = dict(
+        os.environ,
+        PREFECT_HOME=str(home / "home"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_UI_ENABLED="false",
+    )
     env.pop("PREFECT_API_URL", None)
     log = home / "server.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-                                env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}/api"
     try:
         deadline = time.time() + 180

@@ -6,6 +6,7 @@ which counts every file that changed or vanished as an output lost; tests that p
 `scan_for_secret`, which counts every file it appears in as a secret leaked. The terminal summary (and
 `$SEED_FAULT_REPORT`, a JSON file, which `seed doctor` reads) gives the four figures.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -26,7 +27,8 @@ _leaked: list[str] = []
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", f"fault(kind, n=1): injects n faults of one kind for real, one of {', '.join(KINDS)}")
+        "markers", f"fault(kind, n=1): injects n faults of one kind for real, one of {', '.join(KINDS)}"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -43,8 +45,11 @@ def pytest_runtest_makereport(item, call):
 
 
 def _digest(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 @contextmanager
@@ -63,8 +68,12 @@ def intact(root: Path):
 
 def files_containing(secret: str, *roots: Path) -> list[str]:
     needle = secret.encode()
-    return [str(p) for root in roots for p in sorted(Path(root).rglob("*"))
-            if p.is_file() and not p.is_symlink() and needle in p.read_bytes()]
+    return [
+        str(p)
+        for root in roots
+        for p in sorted(Path(root).rglob("*"))
+        if p.is_file() and not p.is_symlink() and needle in p.read_bytes()
+    ]
 
 
 def scan_for_secret(secret: str, *roots: Path) -> list[str]:
@@ -97,7 +106,8 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_sep("=", "fault injection")
     terminalreporter.write_line(
         f"{f['faults_injected']} faults injected in {f['tests']} tests, {f['faults_survived']} survived, "
-        f"{f['outputs_lost']} outputs lost, {f['secrets_leaked']} secrets leaked")
+        f"{f['outputs_lost']} outputs lost, {f['secrets_leaked']} secrets leaked"
+    )
     for kind, c in f["by_kind"].items():
         terminalreporter.write_line(f"  {kind:<13} {c['survived']}/{c['injected']} survived")
     if out := os.environ.get("SEED_FAULT_REPORT"):

@@ -1,4 +1,5 @@
 """Small builders shared by tests."""
+
 from __future__ import annotations
 
 import json
@@ -39,9 +40,14 @@ def tiny_policy(tokenizer_dir: Path, seed: int = 0, batch_size: int = 4):
 
 def chat_reply(content: str, prompt_tokens: int = 11, completion_tokens: int = 7) -> dict:
     """A chat-completions response body with one assistant message."""
-    return {"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens}}
+    return {
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
 
 
 def reply(h: BaseHTTPRequestHandler, status: int, body: bytes | dict, headers: dict[str, str] | None = None) -> None:

@@ -1,4 +1,5 @@
 """A temp copy of the repository to run the pipeline in (DVC, Prefect), and the sizes that make it quick."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,14 @@ TINY = {
     "evaluate": {"modes": ["greedy"], "sampled_runs": 1, "generation": {"max_new_tokens": 12}},
     "build_sft_data": {"games": 2, "samples": 1, "validation_fraction": 0.5},
     "train_analyzer": {"epochs": 0.2, "batch_size": 1, "analyzer_max_new_tokens": 16},
-    "rl": {"epochs": 1, "updates_per_epoch": 1, "games_per_update": 1, "group_size": 2, "validation_games": 1,
-           "analyzer_max_new_tokens": 16},
+    "rl": {
+        "epochs": 1,
+        "updates_per_epoch": 1,
+        "games_per_update": 1,
+        "group_size": 2,
+        "validation_games": 1,
+        "analyzer_max_new_tokens": 16,
+    },
 }
 STAGES = ("prepare", "warmup", "build_sft_data", "train_analyzer", "rl", "evaluate")
 
@@ -42,14 +49,26 @@ def run(cmd, cwd, env, ok=True):
 
 
 def make_env(**extra) -> dict:
-    return dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t",
-                GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t", **extra)
+    return dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@t",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@t",
+        **extra,
+    )
 
 
 def copy_repo(work: Path, params: dict, env: dict) -> None:
     """The repo's files (as git sees them) in `work`, with `params` as params.yaml, committed (DVC needs it)."""
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                           capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     for f in files:
         if (REPO / f).is_file():
             (work / f).parent.mkdir(parents=True, exist_ok=True)
@@ -69,5 +88,3 @@ def stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-
-

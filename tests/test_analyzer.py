@@ -1,5 +1,6 @@
 """The train_analyzer stage end to end on a tiny random-init model (SFT set built by build_sft_data with the
 oracle teacher), and the skill-quality measures it reports, on hand-made cases."""
+
 from __future__ import annotations
 
 import json
@@ -38,8 +39,9 @@ def test_names_in_matches_whole_instance_names():
 @pytest.fixture(scope="module")
 def sft_set(alfworld_root, tiny_model_dir, train_manifest, tmp_path_factory) -> Path:  # noqa: F811
     tmp = tmp_path_factory.mktemp("sft")
-    run_build_sft_data(small_params(alfworld_root, tmp), train_manifest, tiny_model_dir, tmp / "sft", tmp / "m.json",
-                       progress=False)
+    run_build_sft_data(
+        small_params(alfworld_root, tmp), train_manifest, tiny_model_dir, tmp / "sft", tmp / "m.json", progress=False
+    )
     return tmp / "sft"
 
 
@@ -58,15 +60,28 @@ def test_skill_quality_of_the_teacher_itself_is_perfect(alfworld_root, sft_set):
 
 
 def test_train_analyzer_end_to_end(alfworld_root, tiny_model_dir, sft_set, tmp_path):  # noqa: F811
-    params = params_from_dict({
-        "data": {"alfworld_data": str(alfworld_root)},
-        "model": {"dtype": "float32"},
-        "rollout": {"batch_size": 8},
-        "build_sft_data": {"max_skill_chars": 1200},
-        "train_analyzer": {"seed": 0, "epochs": 3.0, "learning_rate": 3e-3, "batch_size": 2, "lora_r": None,
-                           "max_seq_len": 4096, "analyzer_max_new_tokens": 24},
-    })
-    out, metrics_path, heldout = tmp_path / "models" / "analyzer", tmp_path / "train_analyzer.json", tmp_path / "heldout.jsonl"
+    params = params_from_dict(
+        {
+            "data": {"alfworld_data": str(alfworld_root)},
+            "model": {"dtype": "float32"},
+            "rollout": {"batch_size": 8},
+            "build_sft_data": {"max_skill_chars": 1200},
+            "train_analyzer": {
+                "seed": 0,
+                "epochs": 3.0,
+                "learning_rate": 3e-3,
+                "batch_size": 2,
+                "lora_r": None,
+                "max_seq_len": 4096,
+                "analyzer_max_new_tokens": 24,
+            },
+        }
+    )
+    out, metrics_path, heldout = (
+        tmp_path / "models" / "analyzer",
+        tmp_path / "train_analyzer.json",
+        tmp_path / "heldout.jsonl",
+    )
     m = run_train_analyzer(params, sft_set, tiny_model_dir, out, metrics_path, heldout)
 
     assert json.loads(metrics_path.read_text()) == m
@@ -95,14 +110,21 @@ def test_rehearsal_examples_are_the_first_warmup_games_expert_steps(alfworld_roo
     from seed_core.envs.alfworld.data import game_path, read_manifest
     from seed_core.envs.alfworld.expert import _walkthrough, expert_examples
 
-    params = params_from_dict({"data": {"alfworld_data": str(alfworld_root)}, "env": {"max_steps": 30, "workers": 0},
-                               "train_analyzer": {"rehearsal_games": 1}})
+    params = params_from_dict(
+        {
+            "data": {"alfworld_data": str(alfworld_root)},
+            "env": {"max_steps": 30, "workers": 0},
+            "train_analyzer": {"rehearsal_games": 1},
+        }
+    )
     first = read_manifest(train_manifest, alfworld_root)[0]
     got = rehearsal_examples(params, train_manifest, alfworld_root)
     walkthrough = _walkthrough(game_path(alfworld_root, first.game_id))
     assert len(got) == len(walkthrough) > 0
     assert [x["completion"].rsplit("<action>", 1)[1].removesuffix("</action>") for x in got] == walkthrough
-    assert got == [{"prompt": x["prompt"], "completion": x["completion"]}
-                   for x in expert_examples(alfworld_root, [first], params.env, progress=False)]
+    assert got == [
+        {"prompt": x["prompt"], "completion": x["completion"]}
+        for x in expert_examples(alfworld_root, [first], params.env, progress=False)
+    ]
     off = params_from_dict({"data": {"alfworld_data": str(alfworld_root)}})
     assert rehearsal_examples(off, train_manifest, alfworld_root) == []  # the paper's setting: skills only

@@ -1,4 +1,5 @@
 """The real ALFWorld engine through our environment: stored walkthroughs win, in-process and in workers."""
+
 import json
 
 import pytest
@@ -16,7 +17,11 @@ def test_split_initial_observation():
 
 
 def test_reset_state(alfworld_root):
-    gid = [g for g in list_games(alfworld_root, "valid_seen") if g.split("/")[1] == "look_at_obj_in_light-AlarmClock-None-DeskLamp-323"][0]
+    gid = [
+        g
+        for g in list_games(alfworld_root, "valid_seen")
+        if g.split("/")[1] == "look_at_obj_in_light-AlarmClock-None-DeskLamp-323"
+    ][0]
     game = AlfworldGame(alfworld_root, gid)
     s = game.reset()
     assert s.task == "look at alarmclock under the desklamp."

@@ -1,6 +1,7 @@
 """Fault injection, data: a missing game archive, unreadable trajectory and skill-corpus files, corrupt
 checkpoints. Each is refused with an error naming the file and what to run; nothing silently uses wrong data
 and nothing next to the damaged file is touched."""
+
 from __future__ import annotations
 
 import json
@@ -36,16 +37,49 @@ def test_missing_archive_is_refused_by_the_cli_and_leaves_nothing(tmp_path, caps
 
 # ---------------------------------------------------------------- trajectory and skill files
 
+
 def _traj(i: int) -> Trajectory:
-    step = Step(observation="You are in a room.", admissible_actions=["look"], prompt="p", response="<think>t</think><action>look</action>",
-                response_ids=[1, 2], response_logprobs=[-0.5, -0.25], action="look", valid=True, reward=0.0, feedback="Nothing happens.")
-    return Trajectory(f"t{i}", f"valid_seen/look_at_obj_in_light-x-{i}/trial", "valid_seen", "look_at_obj_in_light", "look at x.",
-                      f"g{i}", 0, False, 0.0, 1, 0, [step])
+    step = Step(
+        observation="You are in a room.",
+        admissible_actions=["look"],
+        prompt="p",
+        response="<think>t</think><action>look</action>",
+        response_ids=[1, 2],
+        response_logprobs=[-0.5, -0.25],
+        action="look",
+        valid=True,
+        reward=0.0,
+        feedback="Nothing happens.",
+    )
+    return Trajectory(
+        f"t{i}",
+        f"valid_seen/look_at_obj_in_light-x-{i}/trial",
+        "valid_seen",
+        "look_at_obj_in_light",
+        "look at x.",
+        f"g{i}",
+        0,
+        False,
+        0.0,
+        1,
+        0,
+        [step],
+    )
 
 
 def _skill(i: int) -> Skill:
-    return Skill(f"t{i}", f"valid_seen/look_at_obj_in_light-x-{i}/trial", "look_at_obj_in_light", "failure", "s",
-                 "Find the lamp first.", "ok", "{}", "oracle", "h")
+    return Skill(
+        f"t{i}",
+        f"valid_seen/look_at_obj_in_light-x-{i}/trial",
+        "look_at_obj_in_light",
+        "failure",
+        "s",
+        "Find the lamp first.",
+        "ok",
+        "{}",
+        "oracle",
+        "h",
+    )
 
 
 CORRUPTIONS = {
@@ -99,9 +133,19 @@ def test_corrupt_skill_corpus_is_refused_by_seed_skills(tmp_path, monkeypatch, c
 
 # ---------------------------------------------------------------- checkpoints
 
-SMALL = {"env": {"max_steps": 2, "workers": 0}, "rollout": {"max_new_tokens": 5, "batch_size": 8},
-         "rl": {"method": "grpo", "epochs": 3, "updates_per_epoch": 1, "games_per_update": 1, "group_size": 2,
-                "validation_games": 1, "learning_rate": 0.01}}
+SMALL = {
+    "env": {"max_steps": 2, "workers": 0},
+    "rollout": {"max_new_tokens": 5, "batch_size": 8},
+    "rl": {
+        "method": "grpo",
+        "epochs": 3,
+        "updates_per_epoch": 1,
+        "games_per_update": 1,
+        "group_size": 2,
+        "validation_games": 1,
+        "learning_rate": 0.01,
+    },
+}
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ outputs stay byte-identical, and no temp file or folder is left behind.
 As root (chmod does not stop root) the faults are real filesystems: a small tmpfs filled to the last page
 (ENOSPC) and a read-only bind mount (EROFS), always unmounted afterwards. Otherwise: a file-size limit in a
 subprocess (EFBIG, SIGXFSZ ignored) and a folder without write permission (EACCES)."""
+
 from __future__ import annotations
 
 import json
@@ -66,7 +67,9 @@ def attempt_writes(folder: Path, trainer) -> dict[str, str]:
     attempts = {
         "atomic_write_text": lambda: atomic_write_text(folder / "report.md", BIG),
         "write_json": lambda: write_json(folder / "metrics.json", {"success": BIG}),
-        "write_jsonl": lambda: write_jsonl(folder / "skills.jsonl", [{"traj_id": f"t{i}", "skill": BIG} for i in range(2)]),
+        "write_jsonl": lambda: write_jsonl(
+            folder / "skills.jsonl", [{"traj_id": f"t{i}", "skill": BIG} for i in range(2)]
+        ),
         "new_folder": lambda: write_json(folder / "metrics" / "eval.json", {"success": BIG}),
         "save_epoch": lambda: save_epoch(trainer, folder / "run", 2, [{"skill": BIG}], [{"update": 1}], {}),
     }
@@ -107,7 +110,7 @@ def attempt_in_child(folder: Path, model_dir: Path) -> dict[str, str]:
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=TESTS.parent)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert line, proc.stdout + proc.stderr
-    return json.loads(line[len("RESULT "):])
+    return json.loads(line[len("RESULT ") :])
 
 
 @contextmanager
@@ -146,9 +149,13 @@ def listing(folder: Path) -> list[str]:
 
 
 def check_refused(messages: dict[str, str], folder: Path, cause: str) -> None:
-    expected_paths = {"atomic_write_text": folder / "report.md", "write_json": folder / "metrics.json",
-                      "write_jsonl": folder / "skills.jsonl", "new_folder": folder / "metrics" / "eval.json",
-                      "save_epoch": folder / "run" / "epoch_002"}
+    expected_paths = {
+        "atomic_write_text": folder / "report.md",
+        "write_json": folder / "metrics.json",
+        "write_jsonl": folder / "skills.jsonl",
+        "new_folder": folder / "metrics" / "eval.json",
+        "save_epoch": folder / "run" / "epoch_002",
+    }
     for name, msg in messages.items():
         assert msg, f"{name}: the write succeeded"
         assert msg.startswith(f"cannot write {expected_paths[name]}"), (name, msg)

@@ -8,6 +8,7 @@ evaluate (after the first model was scored), and restarted with `dvc repro` each
 output is partial; each restart skips the stages that finished; the finished RL epoch is never recomputed;
 and the final weights, skill corpora, datasets and metrics equal the uninterrupted run's.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -33,7 +34,9 @@ KEY = "sk-planted-" + hashlib.sha256(b"seed fault suite").hexdigest()[:24]
 
 # Values that measure the machine or the bill, not the result: they differ between any two runs (time,
 # memory) or because a restarted run was answered from the teacher cache instead of the endpoint.
-VOLATILE = re.compile(r"seconds|_s$|/s$|time|runtime|rss|memory|per_second|teacher/(requests|retries|failures|cache|calls|billed)")
+VOLATILE = re.compile(
+    r"seconds|_s$|/s$|time|runtime|rss|memory|per_second|teacher/(requests|retries|failures|cache|calls|billed)"
+)
 
 
 class SkillServer:
@@ -63,8 +66,15 @@ def skill_server():
 def repro(work: Path, env: dict, log: Path, kill_when=None, pause_s: float = 0.0) -> tuple[int, str]:
     """`dvc repro` in `work`, output appended to `log`. `kill_when(output so far)`: once it returns True (and
     `pause_s` later), SIGKILL the whole process group (dvc and the stage's python). Returns (exit code, output)."""
-    proc = subprocess.Popen([str(BIN / "dvc"), "repro"], cwd=work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(BIN / "dvc"), "repro"],
+        cwd=work,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines: list[str] = []
 
     def read():  # drains the pipe all along, so the stage never blocks on its output
@@ -126,24 +136,37 @@ def results(work: Path) -> dict[str, object]:
             continue
         out[str(p.relative_to(work))] = normalized(json.loads(p.read_text()))
     for p in sorted([*(work / "runs").rglob("*.jsonl"), *(work / "data").rglob("*.jsonl")]):
-        out[str(p.relative_to(work))] = [normalized(json.loads(line)) for line in p.read_text().splitlines() if line.strip()]
+        out[str(p.relative_to(work))] = [
+            normalized(json.loads(line)) for line in p.read_text().splitlines() if line.strip()
+        ]
     return out
 
 
 @pytest.mark.slow
 @pytest.mark.fault("kill", n=4)
 @pytest.mark.fault("security", n=1)
-def test_kill_9_in_each_stage_then_repro_equals_an_uninterrupted_run(tmp_path, tmp_path_factory, alfworld_root,
-                                                                       tiny_model_dir, skill_server, prefect_server):
+def test_kill_9_in_each_stage_then_repro_equals_an_uninterrupted_run(
+    tmp_path, tmp_path_factory, alfworld_root, tiny_model_dir, skill_server, prefect_server
+):
     params = merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY)
-    params = merge(params, {
-        "model": {"name_or_path": str(tiny_model_dir)},
-        "rl": {"epochs": 2},
-        "teacher": {"kind": "openai", "base_url": skill_server.url, "model": "fake-glm", "api_key_env": KEY_ENV,
-                    "timeout_s": 30, "concurrency": 1},
-    })
-    env = make_env(ALFWORLD_DATA=str(alfworld_root), PREFECT_API_URL=prefect_server, WANDB_MODE="offline",
-                   **{KEY_ENV: KEY})
+    params = merge(
+        params,
+        {
+            "model": {"name_or_path": str(tiny_model_dir)},
+            "rl": {"epochs": 2},
+            "teacher": {
+                "kind": "openai",
+                "base_url": skill_server.url,
+                "model": "fake-glm",
+                "api_key_env": KEY_ENV,
+                "timeout_s": 30,
+                "concurrency": 1,
+            },
+        },
+    )
+    env = make_env(
+        ALFWORLD_DATA=str(alfworld_root), PREFECT_API_URL=prefect_server, WANDB_MODE="offline", **{KEY_ENV: KEY}
+    )
     runs = {}
     for name in ("reference", "killed"):
         runs[name] = tmp_path / name
@@ -165,7 +188,11 @@ def test_kill_9_in_each_stage_then_repro_equals_an_uninterrupted_run(tmp_path, t
     answered = skill_server.requests
     kills = [  # (stage, when to kill: a condition on the output so far, seconds to wait after it holds)
         # labelling: the endpoint has answered one of this run's prompts (the reference run asked `answered`)
-        ("build_sft_data", lambda out: "Running stage 'build_sft_data'" in out and skill_server.requests > answered, 0.5),
+        (
+            "build_sft_data",
+            lambda out: "Running stage 'build_sft_data'" in out and skill_server.requests > answered,
+            0.5,
+        ),
         ("train_analyzer", lambda out: "analyzer check (before)" in out, 3),
         ("rl", lambda out: "epoch 2 update" in out, 0),
         ("evaluate", lambda out: "rollout eval/warmup" in out, 0),
@@ -192,15 +219,21 @@ def test_kill_9_in_each_stage_then_repro_equals_an_uninterrupted_run(tmp_path, t
     assert "resuming after epoch_001" in (logs / "killed.log").read_text()
 
     # the killed-and-restarted run ends where the uninterrupted one did
-    weights = [Path("models/rl/model.safetensors"), Path(f"runs/rl/{run_dir}/epoch_002/trainable.safetensors"),
-               Path("models/analyzer/model.safetensors"), Path("models/warmup/model.safetensors")]
+    weights = [
+        Path("models/rl/model.safetensors"),
+        Path(f"runs/rl/{run_dir}/epoch_002/trainable.safetensors"),
+        Path("models/analyzer/model.safetensors"),
+        Path("models/warmup/model.safetensors"),
+    ]
     for rel in weights:
         a, b = tensors(ref / rel), tensors(work / rel)
         assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a), f"{rel} differs from the uninterrupted run"
     ref_results, got = results(ref), results(work)
     assert ref_results.keys() == got.keys()
     differ = [k for k in ref_results if got[k] != ref_results[k]]
-    assert not differ, f"{differ} differ from the uninterrupted run; the first: {got[differ[0]]} != {ref_results[differ[0]]}"
+    assert not differ, (
+        f"{differ} differ from the uninterrupted run; the first: {got[differ[0]]} != {ref_results[differ[0]]}"
+    )
     # the restart asked the endpoint only for what the cache did not hold yet
     assert skill_server.requests - at_kill < answered
 

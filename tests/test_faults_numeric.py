@@ -1,6 +1,7 @@
 """Fault injection, numeric: an RL run whose update diverges to NaN/inf after a good epoch. The non-finite
 steps are skipped and counted, the run stops after `rl.max_nonfinite_in_row` of them, the last good checkpoint
 is untouched, nothing is checkpointed from the NaN state, and a restart resumes from the good epoch."""
+
 from __future__ import annotations
 
 import math
@@ -21,9 +22,19 @@ PARAMS = {
     "rollout": {"max_new_tokens": 5, "batch_size": 8},
     # One agent turn per mini-batch: an update is three optimizer steps, so a divergence shows up mid-update.
     # (One episode per update, no validation panel, full fine-tuning without a KL reference: kept fast.)
-    "rl": {"method": "grpo", "epochs": 3, "updates_per_epoch": 1, "games_per_update": 1, "group_size": 1,
-           "validation_games": 0, "learning_rate": 0.01, "mini_batch_steps": 1, "max_nonfinite_in_row": 2,
-           "lora_r": None, "kl_coef": 0.0},
+    "rl": {
+        "method": "grpo",
+        "epochs": 3,
+        "updates_per_epoch": 1,
+        "games_per_update": 1,
+        "group_size": 1,
+        "validation_games": 0,
+        "learning_rate": 0.01,
+        "mini_batch_steps": 1,
+        "max_nonfinite_in_row": 2,
+        "lora_r": None,
+        "kl_coef": 0.0,
+    },
 }
 
 

@@ -1,6 +1,7 @@
 """Fault injection, security: a checkpoint that only exists as a pickle (which could run code when loaded) is
 refused without being unpickled, and every server the project starts or talks to by default is bound to (or
 points at) the loopback interface."""
+
 from __future__ import annotations
 
 import ipaddress

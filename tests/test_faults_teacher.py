@@ -2,6 +2,7 @@
 drops connections (before the reply, and halfway through the body) and asks for a pause with 429 +
 Retry-After; and the build_sft_data stage runs against a server that fails some prompts for longer than the
 retry budget: the stage finishes, the failures are counted, and no failed answer is ever cached."""
+
 from __future__ import annotations
 
 import json
@@ -82,8 +83,16 @@ def test_dropped_connections_and_retry_after(serve, tmp_path):
     faults = {"p-drop": ["drop"], "p-cut": ["cut"], "p-429": ["429"]}
     api = ScriptedAPI(lambda p, n: faults[p][n] if n < len(faults[p]) else "ok", retry_after="1")
     # A backoff of 30 s: a retry sooner than that can only come from the server's Retry-After (1 s).
-    teacher = OpenAITeacher(serve(api), "glm-test", KEY_ENV, cache_dir=tmp_path / "cache", timeout_s=5.0,
-                            backoff_base_s=30.0, max_retries=2, concurrency=3)
+    teacher = OpenAITeacher(
+        serve(api),
+        "glm-test",
+        KEY_ENV,
+        cache_dir=tmp_path / "cache",
+        timeout_s=5.0,
+        backoff_base_s=30.0,
+        max_retries=2,
+        concurrency=3,
+    )
     t0 = time.monotonic()
     answers = teacher.complete_batch(["p-429"])
     elapsed = time.monotonic() - t0
@@ -91,8 +100,16 @@ def test_dropped_connections_and_retry_after(serve, tmp_path):
     (_, first, t_first), (_, second, t_second) = api.log
     assert (first, second) == ("429", "ok") and t_second - t_first >= 0.95
 
-    teacher = OpenAITeacher(serve(api), "glm-test", KEY_ENV, cache_dir=tmp_path / "cache", timeout_s=5.0,
-                            backoff_base_s=0.01, max_retries=2, concurrency=3)
+    teacher = OpenAITeacher(
+        serve(api),
+        "glm-test",
+        KEY_ENV,
+        cache_dir=tmp_path / "cache",
+        timeout_s=5.0,
+        backoff_base_s=0.01,
+        max_retries=2,
+        concurrency=3,
+    )
     answers = teacher.complete_batch(["p-drop", "p-cut"])
     assert [a.text for a in answers] == [json.dumps(SKILL)] * 2 and not any(a.cached for a in answers)
     s = teacher.stats
@@ -114,7 +131,9 @@ def two_games(alfworld_root, tmp_path):
 
 
 @pytest.mark.fault("teacher", n=4)
-def test_stage_finishes_when_failures_outlast_the_retry_budget(alfworld_root, tiny_model_dir, two_games, tmp_path, serve):
+def test_stage_finishes_when_failures_outlast_the_retry_budget(
+    alfworld_root, tiny_model_dir, two_games, tmp_path, serve
+):
     def script(prompt: str, n: int) -> str:
         task = prompt.split("Task: ", 1)[1].split("\n", 1)[0]
         if task.startswith("look"):
@@ -123,24 +142,42 @@ def test_stage_finishes_when_failures_outlast_the_retry_budget(alfworld_root, ti
 
     api = ScriptedAPI(script, retry_after="0")
     api.slow_s = 1.5
-    params = params_from_dict({
-        "data": {"alfworld_data": str(alfworld_root)}, "model": {"dtype": "float32"},
-        "env": {"max_steps": 1, "workers": 0}, "rollout": {"temperature": 1.0, "max_new_tokens": 12, "batch_size": 8},
-        "teacher": {"kind": "openai", "model": "glm-test", "api_key_env": KEY_ENV, "base_url": serve(api),
-                    "cache_dir": str(tmp_path / "cache"), "max_retries": 3, "timeout_s": 0.5, "concurrency": 4},
-        "build_sft_data": {"seed": 0, "games": 2, "samples": 1, "validation_fraction": 0.5},
-    })
+    params = params_from_dict(
+        {
+            "data": {"alfworld_data": str(alfworld_root)},
+            "model": {"dtype": "float32"},
+            "env": {"max_steps": 1, "workers": 0},
+            "rollout": {"temperature": 1.0, "max_new_tokens": 12, "batch_size": 8},
+            "teacher": {
+                "kind": "openai",
+                "model": "glm-test",
+                "api_key_env": KEY_ENV,
+                "base_url": serve(api),
+                "cache_dir": str(tmp_path / "cache"),
+                "max_retries": 3,
+                "timeout_s": 0.5,
+                "concurrency": 4,
+            },
+            "build_sft_data": {"seed": 0, "games": 2, "samples": 1, "validation_fraction": 0.5},
+        }
+    )
     m = run_build_sft_data(params, two_games, tiny_model_dir, tmp_path / "sft", tmp_path / "m.json", progress=False)
 
     # The stage finished: the look episode dropped after 4 requests, the other answered after 3 faults.
     assert (m["sft_data/parse_status/dropped"], m["sft_data/parse_status/ok"], m["sft_data/examples"]) == (1, 1, 1)
     assert (m["teacher/requests"], m["teacher/retries"], m["teacher/failures"]) == (8, 6, 7)
     assert {k: v for k, v in m.items() if k.startswith("teacher/errors/")} == {
-        "teacher/errors/http_500": 4, "teacher/errors/connection": 1, "teacher/errors/timeout": 1,
-        "teacher/errors/http_429": 1}
+        "teacher/errors/http_500": 4,
+        "teacher/errors/connection": 1,
+        "teacher/errors/timeout": 1,
+        "teacher/errors/http_429": 1,
+    }
     assert json.loads((tmp_path / "m.json").read_text()) == m
     skills = list(read_jsonl(tmp_path / "sft" / "skills.jsonl", Skill))
-    assert [(s.task_type, s.parse_status) for s in skills] == [("look_at_obj_in_light", "dropped"), ("pick_and_place_simple", "ok")]
+    assert [(s.task_type, s.parse_status) for s in skills] == [
+        ("look_at_obj_in_light", "dropped"),
+        ("pick_and_place_simple", "ok"),
+    ]
     assert skills[0].skill == skills[0].raw_output == "" and skills[1].skill == SKILL["episode_skill"]
 
     # Only the answer is cached: no failure, no half body.

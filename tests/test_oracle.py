@@ -5,6 +5,7 @@ badly formatted responses, stopped before winning) are analyzed; the skills must
 receptacles in order, the true location of the target, the loop and the invalid steps, parse with
 `skills.parse_skill`, and be byte-identical on a second run.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,12 @@ from seed_core.method.skills import analyze, analyzer_prompt, parse_skill, promp
 from seed_core.records import Step, Trajectory
 
 # The cool game's object starts in a closed microwave, so its route includes an `open`.
-TASK_TYPES = ("pick_and_place_simple", "pick_heat_then_place_in_recep", "pick_cool_then_place_in_recep",
-              "look_at_obj_in_light")
+TASK_TYPES = (
+    "pick_and_place_simple",
+    "pick_heat_then_place_in_recep",
+    "pick_cool_then_place_in_recep",
+    "look_at_obj_in_light",
+)
 INVALID = "I should probably look around the room for it."  # no tags: an invalid-format response
 
 
@@ -61,11 +66,20 @@ def play(root: Path, game_id: str, script=None) -> Trajectory:
             prompt = step_prompt(game.task, state.observation, state.admissible_actions, history, 5)
             action, valid = parse_response(response)
             new = game.step(action)
-            steps.append(Step(
-                observation=state.observation, admissible_actions=list(state.admissible_actions), prompt=prompt,
-                response=response, response_ids=[], response_logprobs=[], action=action, valid=valid,
-                reward=(10.0 if new.won else 0.0) - (0.0 if valid else 0.1), feedback=new.observation,
-            ))
+            steps.append(
+                Step(
+                    observation=state.observation,
+                    admissible_actions=list(state.admissible_actions),
+                    prompt=prompt,
+                    response=response,
+                    response_ids=[],
+                    response_logprobs=[],
+                    action=action,
+                    valid=valid,
+                    reward=(10.0 if new.won else 0.0) - (0.0 if valid else 0.1),
+                    feedback=new.observation,
+                )
+            )
             history.append((state.observation, action))
             state = new
             if new.won:
@@ -73,9 +87,17 @@ def play(root: Path, game_id: str, script=None) -> Trajectory:
     finally:
         game.close()
     return Trajectory(
-        traj_id=f"test:{game_id}#{0 if state.won else 1}", game_id=game_id, split=game_id.split("/")[0],
-        task_type=task_type_of(game_id), task=game.task, group_id=f"test:{game_id}", sample_idx=0, won=state.won,
-        episode_return=sum(s.reward for s in steps), length=len(steps), invalid_count=sum(not s.valid for s in steps),
+        traj_id=f"test:{game_id}#{0 if state.won else 1}",
+        game_id=game_id,
+        split=game_id.split("/")[0],
+        task_type=task_type_of(game_id),
+        task=game.task,
+        group_id=f"test:{game_id}",
+        sample_idx=0,
+        won=state.won,
+        episode_return=sum(s.reward for s in steps),
+        length=len(steps),
+        invalid_count=sum(not s.valid for s in steps),
         steps=steps,
     )
 
@@ -138,7 +160,7 @@ def test_success_skill_is_the_walkthrough_route_in_order(episodes, oracle, task_
     assert summary.startswith(f"Success in {len(walkthrough)} step(s), 0 invalid-format step(s)")
     # The workflow is the agent's own effective route, here the expert's, action for action and in order.
     assert skill.startswith(f"To {success.task.rstrip('.')}: {', '.join(walkthrough)}. Rule:"), skill
-    receptacles = [a[len("go to "):] for a in walkthrough if a.startswith("go to ")]
+    receptacles = [a[len("go to ") :] for a in walkthrough if a.startswith("go to ")]
     assert receptacles and all(r in skill for r in receptacles)
     assert "Rule:" in skill and "detour" not in skill
 
@@ -150,7 +172,7 @@ def test_success_skill_names_the_appliance_rule(episodes, oracle):
     walkthrough = oracle.game_facts(success.game_id, "look_at_obj_in_light").walkthrough
     lamp = next(a for a in walkthrough if a.startswith("use "))
     _, skill = _answer(oracle, success)
-    assert f"turn on {lamp[len('use '):]} (at " in skill and f"with '{lamp}'" in skill
+    assert f"turn on {lamp[len('use ') :]} (at " in skill and f"with '{lamp}'" in skill
     assert re.search(r"done when you hold the \w+ beside the lit \w+lamp", skill)
 
 
@@ -167,7 +189,7 @@ def test_failure_skill_names_true_location_and_loop(episodes, oracle, task_type)
     assert f"True location: {obj} at {where}" in summary
     # The searched receptacles are named as the mistake, and the expert plan is given.
     first_wrong = failure.steps[0].action
-    assert f"Do not search {first_wrong[len('go to '):]}" in skill
+    assert f"Do not search {first_wrong[len('go to ') :]}" in skill
     assert f"Plan that works: {', '.join(walkthrough)}." in skill
     assert f"step 1: '{first_wrong}' instead of '{walkthrough[0]}'" in skill
     # The loop: the first wrong receptacle was visited three times; only the first gave its arrival text,
@@ -202,7 +224,7 @@ def test_success_with_detours_keeps_only_the_effective_route(root, oracle):
     assert summary.startswith(f"Success in {len(traj.steps)} step(s), 1 invalid-format step(s)")
     assert f": {', '.join(walkthrough)}. Rule:" in skill  # the detours are not part of the workflow
     assert f"This route needs {len(walkthrough)} actions; the episode took {len(traj.steps)}." in skill
-    assert f"Skip the detours to {wrong[0][len('go to '):]} and {wrong[1][len('go to '):]}." in skill
+    assert f"Skip the detours to {wrong[0][len('go to ') :]} and {wrong[1][len('go to ') :]}." in skill
     assert "1 response(s) broke the format (step 3)" in skill
 
 
@@ -225,8 +247,9 @@ def test_output_is_json_with_exactly_the_two_fields_and_deterministic(episodes, 
     for success, failure in episodes.values():
         for traj in (success, failure):
             first = OracleTeacher(root).analyze_trajectory(traj)
-            again = OracleTeacher(root).analyze_trajectory(Trajectory.from_dict(json.loads(json.dumps(
-                __import__("dataclasses").asdict(traj)))))
+            again = OracleTeacher(root).analyze_trajectory(
+                Trajectory.from_dict(json.loads(json.dumps(__import__("dataclasses").asdict(traj))))
+            )
             assert first == again  # byte-identical, from a fresh teacher and a JSON round trip of the record
             assert list(json.loads(first)) == ["episode_summary", "episode_skill"]
 
@@ -272,15 +295,18 @@ def test_names_match_the_names_the_game_shows(episodes, oracle):
     """The oracle's demangling of the PDDL problem gives the names the running game showed the agent."""
     for task_type, (success, _) in episodes.items():
         facts = oracle.game_facts(success.game_id, task_type)
-        shown = {a[len("go to "):] for a in success.steps[0].admissible_actions if a.startswith("go to ")}
+        shown = {a[len("go to ") :] for a in success.steps[0].admissible_actions if a.startswith("go to ")}
         assert shown <= facts.receptacles
         for obj, where in facts.expert_takes:
             assert where in facts.locations[obj]  # the walkthrough takes it where the PDDL problem puts it
         # Every instance the PDDL problem puts there is listed when the agent arrives (or opens it).
         obj, where = facts.expert_takes[0]
         t = next(i for i, s in enumerate(success.steps) if s.action == f"take {obj} from {where}")
-        contents = next(s.feedback for s in reversed(success.steps[:t])
-                        if s.feedback.startswith((f"You arrive at {where}.", f"You open the {where}.")))
+        contents = next(
+            s.feedback
+            for s in reversed(success.steps[:t])
+            if s.feedback.startswith((f"You arrive at {where}.", f"You open the {where}."))
+        )
         expected = [o for o, rec in facts.instances_of(facts.target) if rec == where]
         assert obj in expected and all(f"a {o}," in contents or f"a {o}." in contents for o in expected), contents
 

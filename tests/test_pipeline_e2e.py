@@ -6,6 +6,7 @@ checked through the Prefect API; then the outputs, and a second plain `dvc repro
 A fast test checks bad input on the same server: bad parameters and a failing stage end the deployment run
 FAILED (not CRASHED) with the message the command line prints.
 """
+
 import json
 import subprocess
 import sys
@@ -24,9 +25,14 @@ def serving(repo: Path, url: str, env: dict):
     """`seed serve` running in `repo` against the server (python -m: the copy's seed_core and flows are used)."""
     log = repo.parent / "serve.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "seed_core.tools.cli", "serve"], cwd=repo, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(env, PREFECT_API_URL=url, PREFECT_RUNNER_POLL_FREQUENCY="2"))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "seed_core.tools.cli", "serve"],
+            cwd=repo,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env, PREFECT_API_URL=url, PREFECT_RUNNER_POLL_FREQUENCY="2"),
+        )
     try:
         yield log
     finally:
@@ -100,7 +106,9 @@ def test_pipeline_deployment_end_to_end(tmp_path, alfworld_root, prefect_server)
     assert "macro avg" in table and "| warmup | valid_unseen | greedy |" in table
     assert (work / "models/rl/model.safetensors").exists()
     (run_dir,) = (work / "runs/rl").iterdir()
-    assert (run_dir / "epoch_001" / "skills.jsonl").exists() and (run_dir / "epoch_001" / "trainable.safetensors").exists()
+    assert (run_dir / "epoch_001" / "skills.jsonl").exists() and (
+        run_dir / "epoch_001" / "trainable.safetensors"
+    ).exists()
     assert json.loads((work / "metrics/rl.json").read_text())["updates"] == 1
 
     again = run([str(BIN / "dvc"), "repro"], work, env).stdout
@@ -116,7 +124,12 @@ def test_deployment_bad_input_fails_not_crashes(tmp_path, prefect_server):
     copy_repo(work, params, env)
 
     def cli_error(*args) -> str:
-        proc = run([sys.executable, "-m", "seed_core.tools.cli", *args], work, dict(env, PREFECT_API_URL=prefect_server), ok=False)
+        proc = run(
+            [sys.executable, "-m", "seed_core.tools.cli", *args],
+            work,
+            dict(env, PREFECT_API_URL=prefect_server),
+            ok=False,
+        )
         assert proc.returncode == 2, proc.stdout + proc.stderr
         (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
         return line.removeprefix("error: ")
@@ -136,7 +149,9 @@ def test_deployment_bad_input_fails_not_crashes(tmp_path, prefect_server):
         assert fr.state.type.value == "FAILED" and fr.state.message.endswith(expected), fr.state
 
         # valid params, but the stage fails (no games there): DVC's exit code fails the flow with the stage's error
-        (work / "params.yaml").write_text(yaml.safe_dump(merge(params, {"data": {"alfworld_data": str(tmp_path / "none")}})))
+        (work / "params.yaml").write_text(
+            yaml.safe_dump(merge(params, {"data": {"alfworld_data": str(tmp_path / "none")}}))
+        )
         fr = run_deployment(prefect_server, "seed-pipeline/pipeline", {"target": "prepare"}, 300, log)
         assert fr.state.type.value == "FAILED", fr.state
         assert f"error: no ALFWorld data in {tmp_path / 'none'}" in fr.state.message

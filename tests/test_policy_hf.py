@@ -1,4 +1,5 @@
 """The HF backend: sampled log-probs equal a fresh forward pass; stop strings; bucketing keeps order."""
+
 import torch
 
 from helpers import tiny_policy

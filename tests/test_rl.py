@@ -1,4 +1,5 @@
 """The RL update on a fixed batch with a tiny model, the method switch, and resume."""
+
 import dataclasses
 import json
 
@@ -19,8 +20,16 @@ from seed_core.stages.rl import RLRun
 SMALL = {
     "env": {"max_steps": 2, "workers": 0},
     "rollout": {"max_new_tokens": 5, "batch_size": 8},
-    "rl": {"epochs": 2, "updates_per_epoch": 1, "games_per_update": 1, "group_size": 2, "validation_games": 1,
-           "analyzer_max_new_tokens": 8, "learning_rate": 0.01, "mini_batch_steps": 64},
+    "rl": {
+        "epochs": 2,
+        "updates_per_epoch": 1,
+        "games_per_update": 1,
+        "group_size": 2,
+        "validation_games": 1,
+        "analyzer_max_new_tokens": 8,
+        "learning_rate": 0.01,
+        "mini_batch_steps": 64,
+    },
 }
 
 
@@ -39,15 +48,27 @@ def fixed_batch(alfworld_root, tiny_model_dir, tmp_path_factory):
     model, tok = load_model(tiny_model_dir)
     trainer = Trainer(model, tok, p)
     with EnvPool(alfworld_root, 0) as pool:
-        trajs = play(trainer.policy, pool, entries, group_size=2, env=p.env, gen=p.rollout, seed=0, tag="t", progress=False)
+        trajs = play(
+            trainer.policy, pool, entries, group_size=2, env=p.env, gen=p.rollout, seed=0, tag="t", progress=False
+        )
     trajs[0] = dataclasses.replace(trajs[0], won=True, episode_return=10.0)
     return trajs
 
 
 def skills_for(trajs, ok=(True, True, True, True)):
     return [
-        Skill(t.traj_id, t.game_id, t.task_type, "failure", "s", "look first, then take the object" if good else "",
-              "ok" if good else "failed", "", "test", "h")
+        Skill(
+            t.traj_id,
+            t.game_id,
+            t.task_type,
+            "failure",
+            "s",
+            "look first, then take the object" if good else "",
+            "ok" if good else "failed",
+            "",
+            "test",
+            "h",
+        )
         for t, good in zip(trajs, ok)
     ]
 
@@ -81,7 +102,11 @@ def test_skill_context_and_identical_response_tokens(fixed_batch, tiny_model_dir
         else:
             assert s.teacher_ids == trainer.policy.encode_full(inject_skill(step.prompt, skills[s.traj]))
             text = trainer.policy.tok.decode(s.teacher_ids)
-            assert text.index("Your task is to:") < text.index("**Episode-Level Skill**") < text.index("Your admissible actions")
+            assert (
+                text.index("Your task is to:")
+                < text.index("**Episode-Level Skill**")
+                < text.index("Your admissible actions")
+            )
 
 
 def test_lambda_zero_seed_update_is_bit_identical_to_grpo(fixed_batch, tiny_model_dir):
@@ -108,8 +133,11 @@ def test_opd_masked_exactly_for_failed_analyses(fixed_batch, tiny_model_dir):
     # The corpus's Δ is teacher - pi_old (the weights before the update), its gate the method's own sigmoid(5 Δ).
     with torch.no_grad():
         old = trainer.policy.score_batch([s.prompt_ids for s in batch.steps], [s.response_ids for s in batch.steps])
-    deltas = {i: torch.cat([t - o for s, t, o in zip(batch.steps, batch.teacher_logp, old) if s.traj == i])
-              for i in range(4) if ok[i]}
+    deltas = {
+        i: torch.cat([t - o for s, t, o in zip(batch.steps, batch.teacher_logp, old) if s.traj == i])
+        for i in range(4)
+        if ok[i]
+    }
     m, corpus = trainer.learn(fixed_batch, 0, skills=skills)
     active = sum(n for i, n in tokens.items() if ok[i])
     assert m["opd/active_token_ratio"] == pytest.approx(active / sum(tokens.values()))
@@ -185,10 +213,17 @@ def test_resume_gives_identical_weights_and_refuses_other_params(alfworld_root, 
     resumed.pool.close()
     a, b = weights(whole.trainer), weights(resumed.trainer)
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert (tmp_path / "b" / "epoch_002" / "skills.jsonl").read_text() == (tmp_path / "a" / "epoch_002" / "skills.jsonl").read_text()
+    assert (tmp_path / "b" / "epoch_002" / "skills.jsonl").read_text() == (
+        tmp_path / "a" / "epoch_002" / "skills.jsonl"
+    ).read_text()
 
     # rl.epochs 1 on the same folder (its fingerprint leaves epochs out) is the 1-epoch run, not the 2-epoch one
-    shorter = RLRun(params(method="sdar", sdar_skills="recipes/sdar_skills_alfworld.yaml", epochs=1), tiny_model_dir, mdir, tmp_path / "b")
+    shorter = RLRun(
+        params(method="sdar", sdar_skills="recipes/sdar_skills_alfworld.yaml", epochs=1),
+        tiny_model_dir,
+        mdir,
+        tmp_path / "b",
+    )
     assert shorter.pending() == []
     assert all(torch.equal(after_one[k], v) for k, v in weights(shorter.trainer).items())
     summary = shorter.finish(tmp_path / "final", tmp_path / "rl.json", tmp_path / "updates.json")

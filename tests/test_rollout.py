@@ -1,4 +1,5 @@
 """A rollout with a tiny random-init model on real games writes complete records."""
+
 from helpers import tiny_policy
 from seed_core.config import EnvConfig, SamplingConfig
 from seed_core.envs.alfworld.data import list_games, stratified_subset, write_manifest
@@ -14,7 +15,9 @@ def test_rollout_writes_complete_records(alfworld_root, base_model_dir, tmp_path
     policy = tiny_policy(base_model_dir, batch_size=4)
     env = EnvConfig(max_steps=3, history_length=2, workers=2)
     with EnvPool(alfworld_root, env.workers) as pool:
-        trajs = play(policy, pool, entries, group_size=2, env=env, gen=SamplingConfig(max_new_tokens=6), seed=0, tag="t")
+        trajs = play(
+            policy, pool, entries, group_size=2, env=env, gen=SamplingConfig(max_new_tokens=6), seed=0, tag="t"
+        )
     assert [(t.game_id, t.sample_idx) for t in trajs] == [(g, k) for g in games for k in range(2)]
     assert len({t.group_id for t in trajs}) == 2
     for t in trajs:

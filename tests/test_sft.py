@@ -1,4 +1,5 @@
 """SFT routine: the answer-only loss mask token by token, loss going down, and the saved model folder."""
+
 from __future__ import annotations
 
 import json
@@ -9,7 +10,10 @@ import torch
 
 from seed_core.sft import IGNORE, completion_mask, make_trainer, prepare, train_sft
 
-EXAMPLE = {"prompt": "Your task is to: put a mug in cabinet.\nAct now.", "completion": "<think>Find the mug.</think>\n<action>go to shelf 1</action>"}
+EXAMPLE = {
+    "prompt": "Your task is to: put a mug in cabinet.\nAct now.",
+    "completion": "<think>Find the mug.</think>\n<action>go to shelf 1</action>",
+}
 
 
 @pytest.fixture(scope="module")
@@ -25,9 +29,18 @@ def tiny_dir(tok, tmp_path_factory) -> Path:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024,
-                      eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, tie_word_embeddings=True)
+    cfg = LlamaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=1024,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
     d = tmp_path_factory.mktemp("tiny")
     LlamaForCausalLM(cfg).save_pretrained(d, safe_serialization=True)
     tok.save_pretrained(d)
@@ -58,8 +71,20 @@ def test_mask_is_the_one_the_trainer_trains_on(tok, tiny_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
     other = {"prompt": "Short one.", "completion": "<think>x</think>\n<action>look</action>"}
-    trainer = make_trainer(AutoModelForCausalLM.from_pretrained(tiny_dir), tok, [EXAMPLE, other], None, tmp_path,
-                           epochs=1, learning_rate=1e-3, batch_size=2, lora_r=None, lora_alpha=16, max_seq_len=512, seed=0)
+    trainer = make_trainer(
+        AutoModelForCausalLM.from_pretrained(tiny_dir),
+        tok,
+        [EXAMPLE, other],
+        None,
+        tmp_path,
+        epochs=1,
+        learning_rate=1e-3,
+        batch_size=2,
+        lora_r=None,
+        lora_alpha=16,
+        max_seq_len=512,
+        seed=0,
+    )
     assert trainer.completion_only_loss is True
     for row, ex in zip(trainer.train_dataset, [EXAMPLE, other]):
         ids, mask = completion_mask(tok, ex)
@@ -73,8 +98,10 @@ def _dataset(n: int, offset: int = 0) -> list[dict]:
     # share the template, so validation loss must fall when training works.
     objs = ["mug", "apple", "book", "pen", "cup", "knife", "plate", "bowl", "vase", "key", "box", "egg"]
     return [
-        {"prompt": f"Your task is to: find the {objs[(i + offset) % len(objs)]}.",
-         "completion": f"<think>I need to find the {objs[(i + offset) % len(objs)]}.</think>\n<action>go to shelf {i % 3 + 1}</action>"}
+        {
+            "prompt": f"Your task is to: find the {objs[(i + offset) % len(objs)]}.",
+            "completion": f"<think>I need to find the {objs[(i + offset) % len(objs)]}.</think>\n<action>go to shelf {i % 3 + 1}</action>",
+        }
         for i in range(n)
     ]
 
@@ -87,8 +114,20 @@ def test_training_lowers_validation_loss_and_saves_a_plain_model(tiny_dir, tmp_p
     out = tmp_path / "out"
     logged = []
     too_long = {"prompt": "word " * 300, "completion": "<think>x</think>\n<action>look</action>"}
-    m = train_sft(tiny_dir, _dataset(16) + [too_long], _dataset(4, offset=16), out, epochs=3, learning_rate=lr,
-                  batch_size=4, lora_r=lora_r, lora_alpha=16, max_seq_len=128, seed=0, log=logged.append)
+    m = train_sft(
+        tiny_dir,
+        _dataset(16) + [too_long],
+        _dataset(4, offset=16),
+        out,
+        epochs=3,
+        learning_rate=lr,
+        batch_size=4,
+        lora_r=lora_r,
+        lora_alpha=16,
+        max_seq_len=128,
+        seed=0,
+        log=logged.append,
+    )
     assert m["eval/loss_after"] < m["eval/loss_before"] - drop, m
     assert m["train/loss_last"] < m["train/loss_first"], m
     assert m["data/examples"] == 16 and m["data/eval_examples"] == 4 and m["data/dropped_too_long"] == 1

@@ -2,6 +2,7 @@
 the oracle teacher (dataset, split by game, preview, metrics, atomic output), the openai teacher refused
 for a missing key before any rollout, and the openai teacher against a real local HTTP server (a second run
 is served from the cache: zero requests, byte-identical preview)."""
+
 from __future__ import annotations
 
 import json
@@ -58,15 +59,22 @@ def train_manifest(alfworld_root, tmp_path_factory) -> Path:
 
 
 def small_params(alfworld_root: Path, tmp: Path, **teacher):
-    return params_from_dict({
-        "data": {"alfworld_data": str(alfworld_root)},
-        "model": {"dtype": "float32"},
-        "env": {"max_steps": 2, "workers": 0},
-        "rollout": {"temperature": 1.0, "max_new_tokens": 12, "batch_size": 8},
-        "teacher": {"cache_dir": str(tmp / "teacher_cache"), **teacher},
-        "build_sft_data": {"seed": 3, "games": GAMES, "samples": SAMPLES, "validation_fraction": 0.25,
-                           "max_skill_chars": 1200},
-    })
+    return params_from_dict(
+        {
+            "data": {"alfworld_data": str(alfworld_root)},
+            "model": {"dtype": "float32"},
+            "env": {"max_steps": 2, "workers": 0},
+            "rollout": {"temperature": 1.0, "max_new_tokens": 12, "batch_size": 8},
+            "teacher": {"cache_dir": str(tmp / "teacher_cache"), **teacher},
+            "build_sft_data": {
+                "seed": 3,
+                "games": GAMES,
+                "samples": SAMPLES,
+                "validation_fraction": 0.25,
+                "max_skill_chars": 1200,
+            },
+        }
+    )
 
 
 def read_lines(path: Path) -> list[dict]:
@@ -74,7 +82,9 @@ def read_lines(path: Path) -> list[dict]:
 
 
 def test_select_games_round_robin_over_task_types():
-    entries = [GameEntry(f"train/{t}-{i}/trial", "train", t, "") for t in ("a_type", "b_type", "c_type") for i in range(3)]
+    entries = [
+        GameEntry(f"train/{t}-{i}/trial", "train", t, "") for t in ("a_type", "b_type", "c_type") for i in range(3)
+    ]
     picked = select_games(entries, 5)
     assert [e.task_type for e in picked] == ["a_type", "b_type", "c_type", "a_type", "b_type"]
     assert picked[3].game_id == "train/a_type-1/trial"
@@ -98,7 +108,9 @@ def test_make_teacher_dispatches_on_kind(alfworld_root, tiny_model_dir, tmp_path
     assert isinstance(oracle, OracleTeacher)
     openai = small_params(alfworld_root, tmp_path, kind="openai", model="glm-test", api_key_env=KEY_ENV).teacher
     assert make_teacher(openai, alfworld_root, dtype=None, batch_size=2).name == "openai:glm-test"
-    policy = small_params(alfworld_root, tmp_path, kind="policy", policy_path=str(tiny_model_dir), max_new_tokens=7).teacher
+    policy = small_params(
+        alfworld_root, tmp_path, kind="policy", policy_path=str(tiny_model_dir), max_new_tokens=7
+    ).teacher
     t = make_teacher(policy, alfworld_root, dtype=torch.float32, batch_size=2)
     assert isinstance(t, PolicyTeacher) and t.max_new_tokens == 7 and t.stop == ("}",)
     assert t.name == "policy:" + checkpoint_name(tiny_model_dir) and t.name.startswith(f"policy:{tiny_model_dir.name}@")
@@ -114,7 +126,12 @@ def test_oracle_dataset_split_preview_metrics(alfworld_root, tiny_model_dir, tra
 
     # The output folder is whole and nothing temporary is left beside it.
     assert sorted(p.name for p in out.parent.iterdir()) == ["sft"]
-    assert {p.name for p in out.iterdir()} == {"dataset", "preview.jsonl", "skills.jsonl", "validation_trajectories.jsonl"}
+    assert {p.name for p in out.iterdir()} == {
+        "dataset",
+        "preview.jsonl",
+        "skills.jsonl",
+        "validation_trajectories.jsonl",
+    }
 
     dd = load_from_disk(str(out / "dataset"))
     assert set(dd) == {"train", "validation"}
@@ -133,7 +150,9 @@ def test_oracle_dataset_split_preview_metrics(alfworld_root, tiny_model_dir, tra
         assert row["outcome"] == ("success" if traj.won else "failure") and row["task_type"] == traj.task_type
     for row in dd["train"].to_list() + dd["validation"].to_list():
         s = skills[row["traj_id"]]
-        assert row["completion"] == json.dumps({"episode_summary": s.summary, "episode_skill": s.skill}, ensure_ascii=False)
+        assert row["completion"] == json.dumps(
+            {"episode_summary": s.summary, "episode_skill": s.skill}, ensure_ascii=False
+        )
         assert json.loads(row["completion"])["episode_skill"] and len(s.skill) <= 1200
 
     preview = read_lines(out / "preview.jsonl")
@@ -144,9 +163,18 @@ def test_oracle_dataset_split_preview_metrics(alfworld_root, tiny_model_dir, tra
     assert json.loads((tmp_path / "sft_data.json").read_text()) == m
     statuses = [m[f"sft_data/parse_status/{k}"] for k in ("ok", "ok_after_reask", "failed", "dropped")]
     assert m["sft_data/trajectories"] == GAMES * SAMPLES == sum(statuses)
-    assert m["sft_data/examples"] == m["sft_data/examples/train"] + m["sft_data/examples/validation"] == statuses[0] + statuses[1]
-    assert (m["sft_data/examples/train"], m["sft_data/examples/validation"]) == (len(dd["train"]), len(dd["validation"]))
-    assert m["sft_data/parse_rate"] == m["sft_data/examples"] / m["sft_data/trajectories"] == 1.0  # the oracle always parses
+    assert (
+        m["sft_data/examples"]
+        == m["sft_data/examples/train"] + m["sft_data/examples/validation"]
+        == statuses[0] + statuses[1]
+    )
+    assert (m["sft_data/examples/train"], m["sft_data/examples/validation"]) == (
+        len(dd["train"]),
+        len(dd["validation"]),
+    )
+    assert (
+        m["sft_data/parse_rate"] == m["sft_data/examples"] / m["sft_data/trajectories"] == 1.0
+    )  # the oracle always parses
     assert (m["sft_data/games/train"], m["sft_data/games/validation"]) == (GAMES - 1, 1)
     lengths = [len(s.skill) for s in skills.values()]
     assert (m["sft_data/skill_chars/min"], m["sft_data/skill_chars/max"]) == (min(lengths), max(lengths))
@@ -156,7 +184,9 @@ def test_oracle_dataset_split_preview_metrics(alfworld_root, tiny_model_dir, tra
     assert (tmp_path / "teacher_cache").is_dir()  # a DVC output, present even when nothing was asked
 
 
-def test_missing_api_key_is_refused_before_any_rollout(alfworld_root, tiny_model_dir, train_manifest, tmp_path, monkeypatch):
+def test_missing_api_key_is_refused_before_any_rollout(
+    alfworld_root, tiny_model_dir, train_manifest, tmp_path, monkeypatch
+):
     monkeypatch.delenv(KEY_ENV, raising=False)
 
     def no_rollout(*a, **kw):
@@ -175,12 +205,32 @@ def test_missing_api_key_is_refused_before_any_rollout(alfworld_root, tiny_model
 def test_flow_refuses_missing_api_key_before_starting(alfworld_root, tmp_path):
     """The stage's command line exits 2 with the variable's name and no traceback, before the flow starts."""
     params = tmp_path / "params.yaml"
-    params.write_text(yaml.safe_dump({"data": {"alfworld_data": str(alfworld_root)},
-                                      "teacher": {"kind": "openai", "model": "glm-test", "api_key_env": KEY_ENV}}))
+    params.write_text(
+        yaml.safe_dump(
+            {
+                "data": {"alfworld_data": str(alfworld_root)},
+                "teacher": {"kind": "openai", "model": "glm-test", "api_key_env": KEY_ENV},
+            }
+        )
+    )
     env = {k: v for k, v in os.environ.items() if k != KEY_ENV}
-    proc = subprocess.run([sys.executable, str(REPO / "flows" / "build_sft_data.py"), "--params", str(params),
-                           "--out-dir", str(tmp_path / "sft"), "--metrics", str(tmp_path / "m.json")],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "flows" / "build_sft_data.py"),
+            "--params",
+            str(params),
+            "--out-dir",
+            str(tmp_path / "sft"),
+            "--metrics",
+            str(tmp_path / "m.json"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2, proc.stderr
     assert f"environment variable {KEY_ENV} is not set" in proc.stderr and "Traceback" not in proc.stderr
     assert "Beginning flow run" not in proc.stdout + proc.stderr
@@ -233,9 +283,20 @@ def skill_api(monkeypatch):
 
 @pytest.mark.fault("teacher")
 def test_openai_teacher_over_http_then_cached_rerun(alfworld_root, tiny_model_dir, train_manifest, tmp_path, skill_api):
-    params = small_params(alfworld_root, tmp_path, kind="openai", model="glm-test", api_key_env=KEY_ENV,
-                          base_url=skill_api.base_url, max_retries=2, timeout_s=10.0, concurrency=2)
-    m1 = run_build_sft_data(params, train_manifest, tiny_model_dir, tmp_path / "a" / "sft", tmp_path / "a.json", progress=False)
+    params = small_params(
+        alfworld_root,
+        tmp_path,
+        kind="openai",
+        model="glm-test",
+        api_key_env=KEY_ENV,
+        base_url=skill_api.base_url,
+        max_retries=2,
+        timeout_s=10.0,
+        concurrency=2,
+    )
+    m1 = run_build_sft_data(
+        params, train_manifest, tiny_model_dir, tmp_path / "a" / "sft", tmp_path / "a.json", progress=False
+    )
     n = GAMES * SAMPLES
     sent = len(skill_api.requests)
     assert m1["sft_data/parse_rate"] == 1.0 and m1["sft_data/examples"] == n
@@ -249,9 +310,15 @@ def test_openai_teacher_over_http_then_cached_rerun(alfworld_root, tiny_model_di
     written = [tmp_path / "a.json", *(tmp_path / "a" / "sft").rglob("*.jsonl"), *(tmp_path / "teacher_cache").iterdir()]
     assert not any(KEY in f.read_text(encoding="utf-8") for f in written)
 
-    m2 = run_build_sft_data(params, train_manifest, tiny_model_dir, tmp_path / "b" / "sft", tmp_path / "b.json", progress=False)
+    m2 = run_build_sft_data(
+        params, train_manifest, tiny_model_dir, tmp_path / "b" / "sft", tmp_path / "b.json", progress=False
+    )
     assert len(skill_api.requests) == sent  # zero requests: every answer came from the cache
     assert m2["teacher/requests"] == 0 and m2["teacher/cache_hits"] == m1["teacher/calls"]
     assert m2["teacher/billed_prompt_tokens"] == 0 and m2["teacher/prompt_tokens"] == m1["teacher/prompt_tokens"]
-    assert (tmp_path / "a" / "sft" / "preview.jsonl").read_bytes() == (tmp_path / "b" / "sft" / "preview.jsonl").read_bytes()
-    assert (tmp_path / "a" / "sft" / "skills.jsonl").read_bytes() == (tmp_path / "b" / "sft" / "skills.jsonl").read_bytes()
+    assert (tmp_path / "a" / "sft" / "preview.jsonl").read_bytes() == (
+        tmp_path / "b" / "sft" / "preview.jsonl"
+    ).read_bytes()
+    assert (tmp_path / "a" / "sft" / "skills.jsonl").read_bytes() == (
+        tmp_path / "b" / "sft" / "skills.jsonl"
+    ).read_bytes()

@@ -1,5 +1,6 @@
 """Sweeps as DVC experiments (`seed sweep`), the dvc.yaml plots, and the default DVC remote, on tiny projects:
 git + DVC with one stage whose command reads params.yaml and writes metrics like the rl stage does."""
+
 import json
 import os
 import shutil
@@ -33,15 +34,30 @@ for epoch in (1, 2, 3):
     os.makedirs(run, exist_ok=True)
     json.dump({"skill": f"{p['method']} seed {p['seed']} epoch {epoch}"}, open(f"{run}/skills.jsonl", "w"))
 """
-DVC_YAML = {"stages": {"rl": {
-    "cmd": "python stage.py", "deps": ["stage.py"], "params": ["rl", "evaluate"], "outs": ["models/rl", {"runs/rl": {"persist": True}}],
-    "metrics": [{"metrics/rl.json": {"cache": False}}], "plots": [{"metrics/rl_updates.json": {"cache": False}}],
-}}}
+DVC_YAML = {
+    "stages": {
+        "rl": {
+            "cmd": "python stage.py",
+            "deps": ["stage.py"],
+            "params": ["rl", "evaluate"],
+            "outs": ["models/rl", {"runs/rl": {"persist": True}}],
+            "metrics": [{"metrics/rl.json": {"cache": False}}],
+            "plots": [{"metrics/rl_updates.json": {"cache": False}}],
+        }
+    }
+}
 
 
 def env() -> dict:
-    return dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", DVC_NO_ANALYTICS="1", GIT_AUTHOR_NAME="t",
-                GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    return dict(
+        os.environ,
+        PATH=f"{BIN}:{os.environ['PATH']}",
+        DVC_NO_ANALYTICS="1",
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@t",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@t",
+    )
 
 
 def sh(*cmd, cwd, ok=True) -> subprocess.CompletedProcess:
@@ -81,7 +97,14 @@ def test_recipe_expands_and_validates():
         load_recipe(REPO / "recipes/sweeps/methods.yaml", methods=["ppo"])
     quick = load_recipe(REPO / "recipes/sweeps/quick.yaml")
     assert [c.name for c in quick] == ["grpo-s0", "grpo-s1", "seed-s0", "seed-s1"]
-    assert quick[3].overrides == {"rl.epochs": 1, "evaluate.modes": ["greedy"], "evaluate.models": ["rl"], "rl.method": "seed", "rl.seed": 1, "evaluate.seed": 1}
+    assert quick[3].overrides == {
+        "rl.epochs": 1,
+        "evaluate.modes": ["greedy"],
+        "evaluate.models": ["rl"],
+        "rl.method": "seed",
+        "rl.seed": 1,
+        "evaluate.seed": 1,
+    }
     check_combos(REPO, quick)
 
 
@@ -96,7 +119,9 @@ def test_overrides_round_trip():
 
 def test_sweep_runs_collects_and_names_the_failed_run(tmp_path):
     root = project(tmp_path / "proj")
-    (root / "recipe.yaml").write_text(yaml.safe_dump({"seeds": 2, "methods": {"grpo": {"rl.method": "grpo"}, "sdar": {"rl.method": "sdar"}}}))
+    (root / "recipe.yaml").write_text(
+        yaml.safe_dump({"seeds": 2, "methods": {"grpo": {"rl.method": "grpo"}, "sdar": {"rl.method": "sdar"}}})
+    )
     before = (root / "params.yaml").read_text()
 
     proc = seed_cli("sweep", "recipe.yaml", "--run", cwd=root)
@@ -104,7 +129,12 @@ def test_sweep_runs_collects_and_names_the_failed_run(tmp_path):
     assert "error: 1 of 4 sweep runs did not succeed: sdar-s1" in proc.stderr
 
     summary = {s["name"]: s for s in json.loads((root / "results/sweep.json").read_text())}
-    assert {n: s["status"] for n, s in summary.items()} == {"grpo-s0": "success", "grpo-s1": "success", "sdar-s0": "success", "sdar-s1": "failed"}
+    assert {n: s["status"] for n, s in summary.items()} == {
+        "grpo-s0": "success",
+        "grpo-s1": "success",
+        "sdar-s0": "success",
+        "sdar-s1": "failed",
+    }
     assert "error: simulated stage failure for sdar seed 1" in summary["sdar-s1"]["error"]
     for name in ("grpo-s0", "grpo-s1", "sdar-s0"):
         method, seed = name.split("-s")
@@ -129,8 +159,9 @@ def test_sweep_refuses_bad_input_before_queueing(tmp_path):
     (root / "bad.yaml").write_text(yaml.safe_dump({"seeds": 1, "methods": {"ppo": {"rl.method": "ppo"}}}))
     proc = seed_cli("sweep", "bad.yaml", "--run", cwd=root)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == ("error: sweep run ppo-s0: params: `rl.method` must be one of "
-                                   "['grpo', 'seed', 'grpo_opsd', 'sdar'], got 'ppo'")
+    assert proc.stderr.strip() == (
+        "error: sweep run ppo-s0: params: `rl.method` must be one of ['grpo', 'seed', 'grpo_opsd', 'sdar'], got 'ppo'"
+    )
     assert "ppo-s0" not in sh("dvc", "exp", "show", "--json", cwd=root).stdout
 
     ignored = project(tmp_path / "ignored", ignore="/models\n/runs\n/metrics\n")
@@ -146,10 +177,21 @@ def test_dvc_plots_render_rl_updates(tmp_path):
     sh("git", "init", "-q", cwd=root)
     sh("dvc", "init", "-q", cwd=root)
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
-    keys = ["rollout/success_rate", "rollout/invalid_rate", "opd/active_token_ratio", "opd/gate_mean",
-            "opd/gate_gt_half_ratio", "skills/parse_rate", "loss/pg", "loss/kl", "loss/opd"]
+    keys = [
+        "rollout/success_rate",
+        "rollout/invalid_rate",
+        "opd/active_token_ratio",
+        "opd/gate_mean",
+        "opd/gate_gt_half_ratio",
+        "skills/parse_rate",
+        "loss/pg",
+        "loss/kl",
+        "loss/opd",
+    ]
     (root / "metrics").mkdir()
-    (root / "metrics/rl_updates.json").write_text(json.dumps([{"update": i, **{k: i / 10 for k in keys}} for i in range(3)]))
+    (root / "metrics/rl_updates.json").write_text(
+        json.dumps([{"update": i, **{k: i / 10 for k in keys}} for i in range(3)])
+    )
     plots = json.loads(sh("dvc", "plots", "show", "--json", cwd=root).stdout)["data"]
     assert {"success over updates", "OPD over updates", "losses over updates"} <= set(plots)
     values = plots["success over updates"][0]["content"]["data"]["values"]

@@ -1,4 +1,5 @@
 """Warm-up: expert examples replayed from walkthroughs, rendered exactly as rollouts render prompts."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,14 @@ from seed_core.stages.warmup import run_warmup, split_eval
 
 
 def test_think_texts_follow_the_plan():
-    walk = ["go to sinkbasin 1", "take apple 1 from sinkbasin 1", "go to microwave 1", "heat apple 1 with microwave 1",
-            "go to countertop 2", "move apple 1 to countertop 2"]
+    walk = [
+        "go to sinkbasin 1",
+        "take apple 1 from sinkbasin 1",
+        "go to microwave 1",
+        "heat apple 1 with microwave 1",
+        "go to countertop 2",
+        "move apple 1 to countertop 2",
+    ]
     assert think_texts(walk) == [
         "I need to find the apple.",
         "I need to pick up the apple I see here.",
@@ -37,7 +44,9 @@ def test_completion_parses_to_its_action():
 @pytest.fixture(scope="module")
 def games(alfworld_root) -> list[GameEntry]:
     ids = list_games(alfworld_root, "valid_seen")
-    picked = [next(g for g in ids if task_type_of(g) == t) for t in ("pick_heat_then_place_in_recep", "look_at_obj_in_light")]
+    picked = [
+        next(g for g in ids if task_type_of(g) == t) for t in ("pick_heat_then_place_in_recep", "look_at_obj_in_light")
+    ]
     return [GameEntry(g, "valid_seen", task_type_of(g), "") for g in picked]
 
 

@@ -17,6 +17,7 @@ Choices the paper leaves open, and departures from the verl lineage:
   rounding in the mean leaves a residue of order ulp / eps (0.03 for eight float32 rewards of 0.3 with
   eps = 1e-6), so we zero such groups explicitly.
 """
+
 from __future__ import annotations
 
 from typing import Literal, get_args

@@ -14,6 +14,7 @@ Where this departs from, or pins down, the paper (Stage 2, step 5):
   with the PPO term it is added to.
 - gate="constant" (g = 0.5 everywhere) gives the GRPO+OPSD baseline, i.e. beta = 0.
 """
+
 from __future__ import annotations
 
 from typing import Literal, get_args
@@ -131,7 +132,9 @@ def entropy_bonus(token_entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tens
     return masked_mean(token_entropy, mask)
 
 
-def opd_gate(delta: torch.Tensor, beta: float = 5.0, gate: Gate = "sigmoid", constant_gate: float = 0.5) -> torch.Tensor:
+def opd_gate(
+    delta: torch.Tensor, beta: float = 5.0, gate: Gate = "sigmoid", constant_gate: float = 0.5
+) -> torch.Tensor:
     """The OPD gate g of each token: sigmoid(beta * delta) for gate="sigmoid", `constant_gate` for "constant".
 
     Args:

@@ -5,6 +5,7 @@ steps taken, the last `history_length` (observation, action) pairs, the current 
 admissible actions, then the `<think>`/`<action>` instruction. Step 0 has no history part. The wording is
 ours; the content and order are the protocol's.
 """
+
 from __future__ import annotations
 
 import re

@@ -8,6 +8,7 @@ Truncation: both contexts drop the same number of leading tokens (what the plain
 `max_prompt_tokens`), so the part of the plain prompt each one shows is the same and only the skill block
 differs. With the embedded and paper settings prompts fit and nothing is dropped.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -54,11 +55,15 @@ def step_tokens(
 
 
 @torch.no_grad()
-def score_steps(policy: HFPolicy, steps: Sequence[StepTokens], which: str, max_tokens: int) -> list[torch.Tensor | None]:
+def score_steps(
+    policy: HFPolicy, steps: Sequence[StepTokens], which: str, max_tokens: int
+) -> list[torch.Tensor | None]:
     """Detached per-token log-probs of each step's response under `which` context ("prompt" or "teacher");
     None for steps without that context."""
     idx = [i for i, s in enumerate(steps) if getattr(s, f"{which}_ids") is not None]
-    scored = policy.score([getattr(steps[i], f"{which}_ids") for i in idx], [steps[i].response_ids for i in idx], max_tokens)
+    scored = policy.score(
+        [getattr(steps[i], f"{which}_ids") for i in idx], [steps[i].response_ids for i in idx], max_tokens
+    )
     out: list[torch.Tensor | None] = [None] * len(steps)
     for i, lp in zip(idx, scored):
         out[i] = lp

@@ -16,6 +16,7 @@ Departures from the paper, where it is silent or we add safety:
   oracle in `seed_core.oracle`); records still carry the analyzer prompt's hash, and such a teacher is never
   re-asked (it is deterministic: the same trajectory gets the same answer).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -38,6 +39,7 @@ REASK_ANSWER_CHARS = 4000
 
 
 # ---------------------------------------------------------------- analyzer prompt
+
 
 def step_returns(rewards: Sequence[float]) -> list[float]:
     """Undiscounted reward-to-go: returns[t] = sum(rewards[t:])."""
@@ -78,6 +80,7 @@ def prompt_hash(prompt: str) -> str:
 
 
 # ---------------------------------------------------------------- parser
+
 
 @dataclass(frozen=True)
 class ParseResult:
@@ -186,6 +189,7 @@ def _validate(obj: dict[str, Any], max_skill_chars: int) -> ParseResult:
 
 # ---------------------------------------------------------------- analyze
 
+
 @runtime_checkable
 class TrajectoryTeacher(Protocol):
     """A teacher that reads the finished episodes themselves rather than their analyzer prompts (the ALFWorld
@@ -273,9 +277,18 @@ def analyze(
         setattr(stats, st, getattr(stats, st) + 1)
         if good and p.truncated:
             stats.truncated += 1
-        skills.append(Skill(
-            traj_id=t.traj_id, game_id=t.game_id, task_type=t.task_type, outcome=outcome(t),
-            summary=p.summary if good else "", skill=p.skill if good else "", parse_status=st,
-            raw_output=r, producer=teacher.name, prompt_hash=prompt_hash(prompt),
-        ))
+        skills.append(
+            Skill(
+                traj_id=t.traj_id,
+                game_id=t.game_id,
+                task_type=t.task_type,
+                outcome=outcome(t),
+                summary=p.summary if good else "",
+                skill=p.skill if good else "",
+                parse_status=st,
+                raw_output=r,
+                producer=teacher.name,
+                prompt_hash=prompt_hash(prompt),
+            )
+        )
     return skills, stats

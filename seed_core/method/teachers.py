@@ -11,6 +11,7 @@ The ALFWorld `oracle` teacher (it needs the environment) is written elsewhere ag
 The API key is read from the environment variable *named* in the parameters, at construction (to refuse
 early) and per request; it is never stored on the object, logged, cached or counted.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -166,8 +167,12 @@ class OpenAITeacher:
         if answer is not None:
             self._count(prompt_tokens=answer.prompt_tokens, completion_tokens=answer.completion_tokens)
             # Only successful answers are cached, so a failure is asked again on the next run.
-            record = {"model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens,
-                      **asdict(answer)}
+            record = {
+                "model": self.model,
+                "temperature": self.temperature,
+                "max_tokens": self.max_tokens,
+                **asdict(answer),
+            }
             del record["cached"]
             atomic_write_text(path, json.dumps(record, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
         return answer
@@ -182,13 +187,20 @@ class OpenAITeacher:
                     self.stats.failures += 1
                     self.stats.errors[e.reason] = self.stats.errors.get(e.reason, 0) + 1
                 if not e.retryable or attempt == self.max_retries:
-                    log.warning("teacher %s: no answer after %d request(s), last error %s",
-                                self.name, attempt + 1, e.reason)
+                    log.warning(
+                        "teacher %s: no answer after %d request(s), last error %s", self.name, attempt + 1, e.reason
+                    )
                     break
                 backoff = self.backoff_base_s * 2**attempt
                 wait = min(backoff if e.retry_after_s is None else e.retry_after_s, _MAX_WAIT_S)
-                log.info("teacher %s: request failed (%s), retry %d/%d in %.2f s",
-                         self.name, e.reason, attempt + 1, self.max_retries, wait)
+                log.info(
+                    "teacher %s: request failed (%s), retry %d/%d in %.2f s",
+                    self.name,
+                    e.reason,
+                    attempt + 1,
+                    self.max_retries,
+                    wait,
+                )
                 time.sleep(wait)
         self._count(dropped=1)
         return None
@@ -246,7 +258,13 @@ class PolicyTeacher:
     """
 
     def __init__(
-        self, policy: Policy, name: str, max_new_tokens: int, temperature: float = 0.0, seed: int = 0, stop: Sequence[str] = ()
+        self,
+        policy: Policy,
+        name: str,
+        max_new_tokens: int,
+        temperature: float = 0.0,
+        seed: int = 0,
+        stop: Sequence[str] = (),
     ):
         self.policy = policy
         self.stop = tuple(stop)
@@ -260,7 +278,12 @@ class PolicyTeacher:
         if not prompts:
             return []
         gens = self.policy.generate(
-            list(prompts), temperature=self.temperature, top_p=1.0, max_new_tokens=self.max_new_tokens, stop=self.stop, seed=self.seed
+            list(prompts),
+            temperature=self.temperature,
+            top_p=1.0,
+            max_new_tokens=self.max_new_tokens,
+            stop=self.stop,
+            seed=self.seed,
         )
         answers = [TeacherAnswer(g.text, 0, len(g.token_ids)) for g in gens]
         self.stats.calls += len(prompts)

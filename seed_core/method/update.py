@@ -103,7 +103,9 @@ class Trainer:
             from peft import LoraConfig, get_peft_model
 
             torch.manual_seed(self.cfg.seed)  # LoRA A matrices are drawn at random: same seed, same start
-            lora = LoraConfig(r=self.cfg.lora_r, lora_alpha=self.cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear")
+            lora = LoraConfig(
+                r=self.cfg.lora_r, lora_alpha=self.cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear"
+            )
             model = get_peft_model(model, lora)
         elif self.cfg.kl_coef > 0:
             self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
@@ -259,7 +261,11 @@ class Trainer:
                     tokens_seen += n
                     for i, d in mb_deltas.items():
                         deltas.setdefault(i, d)  # pi_old is fixed: every pass over a step gives the same
-                norm = torch.nn.utils.clip_grad_norm_(self.trainable, cfg.grad_clip) if finite else torch.tensor(float("nan"))
+                norm = (
+                    torch.nn.utils.clip_grad_norm_(self.trainable, cfg.grad_clip)
+                    if finite
+                    else torch.tensor(float("nan"))
+                )
                 if not finite or not torch.isfinite(norm):
                     # Nothing from a NaN/inf state ever reaches the weights (or a checkpoint).
                     self.opt.zero_grad(set_to_none=True)
@@ -281,19 +287,31 @@ class Trainer:
         out["train/skipped_steps"] = float(skipped)
         return out, deltas
 
-    def _micro_loss(self, batch: Batch, ids: list[int]) -> tuple[torch.Tensor, dict[str, float], int, dict[int, DeltaStats]]:
+    def _micro_loss(
+        self, batch: Batch, ids: list[int]
+    ) -> tuple[torch.Tensor, dict[str, float], int, dict[int, DeltaStats]]:
         """Loss of one micro-batch of steps (token-mean within it), its stats, its token count, and the
         DeltaStats of its steps that have a skill."""
         cfg = self.cfg
         steps = [batch.steps[i] for i in ids]
-        logp = pad_sequence(self.policy.score_batch([s.prompt_ids for s in steps], [s.response_ids for s in steps]), batch_first=True)  # (b, T)
+        logp = pad_sequence(
+            self.policy.score_batch([s.prompt_ids for s in steps], [s.response_ids for s in steps]), batch_first=True
+        )  # (b, T)
         mask = pad_sequence([torch.ones(len(s.response_ids), dtype=torch.bool) for s in steps], batch_first=True)
         # pi_old: stored, or (one epoch over one mini-batch) this forward's own log-probs, detached
-        old = logp.detach() if batch.old_logp is None else pad_sequence([batch.old_logp[i] for i in ids], batch_first=True)
+        old = (
+            logp.detach()
+            if batch.old_logp is None
+            else pad_sequence([batch.old_logp[i] for i in ids], batch_first=True)
+        )
         advantage = batch.advantage[ids][:, None].expand_as(logp)
         pg, pg_stats = losses.ppo_clip_loss(logp, old, advantage, mask, cfg.clip_eps, cfg.dual_clip_c)
         loss = pg
-        stats = {"loss/pg": pg.item(), "train/clip_frac": pg_stats["clip_frac"], "train/approx_kl": pg_stats["approx_kl"]}
+        stats = {
+            "loss/pg": pg.item(),
+            "train/clip_frac": pg_stats["clip_frac"],
+            "train/approx_kl": pg_stats["approx_kl"],
+        }
         if batch.ref_logp is not None:
             kl = losses.kl_loss(logp, pad_sequence([batch.ref_logp[i] for i in ids], batch_first=True), mask)
             loss = loss + cfg.kl_coef * kl
@@ -346,8 +364,16 @@ def skill_corpus(batch: Batch, deltas: dict[int, DeltaStats], index: int) -> lis
 
 def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
     m = summarize(trajs)
-    out = {"rollout/success_rate": m["success/micro"], "rollout/invalid_rate": m["invalid_rate"], "rollout/episode_length": m["episode_length"]}
-    per_type = {k.split("/", 1)[1]: v for k, v in m.items() if k.startswith("success/") and k not in ("success/micro", "success/macro")}
+    out = {
+        "rollout/success_rate": m["success/micro"],
+        "rollout/invalid_rate": m["invalid_rate"],
+        "rollout/episode_length": m["episode_length"],
+    }
+    per_type = {
+        k.split("/", 1)[1]: v
+        for k, v in m.items()
+        if k.startswith("success/") and k not in ("success/micro", "success/macro")
+    }
     out.update({f"rollout/success_rate/{t}": v for t, v in per_type.items()})
     return out
 

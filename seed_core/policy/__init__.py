@@ -3,6 +3,7 @@
 Prompts are user-message texts; each backend applies its model's chat template itself, so the same prompt
 strings (and the skill-injected ones) work with the HF backend on CPU and a vLLM backend on GPU.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence

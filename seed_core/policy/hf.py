@@ -11,6 +11,7 @@ Scoring (`sequence_logprobs`) never materializes full-vocabulary logits for the 
 decoder once, keeps the hidden states of the scored positions only, and projects them to the vocabulary in
 chunks (each chunk under activation checkpointing when gradients are on).
 """
+
 from __future__ import annotations
 
 import functools
@@ -43,7 +44,9 @@ def micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
     return batches
 
 
-def _chunked_token_logprobs(lm_head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, chunk: int) -> torch.Tensor:
+def _chunked_token_logprobs(
+    lm_head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, chunk: int
+) -> torch.Tensor:
     """log softmax(lm_head(hidden))[targets] for hidden (N, H), targets (N,) -> (N,) float32."""
 
     def one(h: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -112,7 +115,9 @@ def sequence_logprobs(
 class HFPolicy:
     """The `Policy` protocol over a transformers causal LM (CPU or one GPU)."""
 
-    def __init__(self, model, tokenizer, *, batch_size: int = 16, max_prompt_tokens: int = 2048, score_tokens: int = 8192):
+    def __init__(
+        self, model, tokenizer, *, batch_size: int = 16, max_prompt_tokens: int = 2048, score_tokens: int = 8192
+    ):
         self.model = model
         self.tok = tokenizer
         self.batch_size = batch_size
@@ -128,7 +133,9 @@ class HFPolicy:
         end the user turn or open a new one. Prompts without such text are encoded exactly as before."""
         if any(t in prompt for t in self._special_strings):
             marker = "\ue000SEED-MESSAGE\ue000"
-            text = self.tok.apply_chat_template([{"role": "user", "content": marker}], add_generation_prompt=True, tokenize=False)
+            text = self.tok.apply_chat_template(
+                [{"role": "user", "content": marker}], add_generation_prompt=True, tokenize=False
+            )
             if text.count(marker) == 1:
                 head, _, tail = text.partition(marker)
                 return self._ids(head) + self._ids(prompt, split_special_tokens=True) + self._ids(tail)
@@ -170,7 +177,9 @@ class HFPolicy:
         for n, idx in enumerate(_chunks(order, self.batch_size)):
             if seed is not None:
                 torch.manual_seed(seed * 1_000_003 + n)
-            for i, g in zip(idx, self._generate_batch([encoded[i] for i in idx], temperature, top_p, max_new_tokens, stop)):
+            for i, g in zip(
+                idx, self._generate_batch([encoded[i] for i in idx], temperature, top_p, max_new_tokens, stop)
+            ):
                 results[i] = g
         return results  # type: ignore[return-value]
 
@@ -228,7 +237,9 @@ class HFPolicy:
         with torch.inference_mode():
             return self.score([self.encode_prompt(p) for p in prompts], responses)
 
-    def score(self, prompt_ids: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], max_tokens: int | None = None) -> list[torch.Tensor]:
+    def score(
+        self, prompt_ids: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], max_tokens: int | None = None
+    ) -> list[torch.Tensor]:
         """Per-token log-probs of each response after its prompt ids, in length-sorted micro-batches of at most
         `max_tokens` (default `score_tokens`) padded tokens. Differentiable when called with grad enabled."""
         lengths = [len(p) + len(r) for p, r in zip(prompt_ids, responses)]

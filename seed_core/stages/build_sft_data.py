@@ -23,6 +23,7 @@ Output folder (written to a temp folder and renamed into place, so it is whole o
   skills.jsonl                   every Skill record, parsed or not, with the teacher's raw answer
   validation_trajectories.jsonl  the raw trajectories of the validation games (train_analyzer's check)
 """
+
 from __future__ import annotations
 
 import json
@@ -97,12 +98,20 @@ def make_teacher(cfg: TeacherConfig, root: Path, *, dtype, batch_size: int) -> T
         return OracleTeacher(root, cfg.oracle_max_chars)
     if cfg.kind == "openai":
         return OpenAITeacher(
-            cfg.base_url, cfg.model, cfg.api_key_env, cache_dir=cfg.cache_dir, temperature=cfg.temperature,
-            max_tokens=cfg.max_tokens, concurrency=cfg.concurrency, timeout_s=cfg.timeout_s,
+            cfg.base_url,
+            cfg.model,
+            cfg.api_key_env,
+            cache_dir=cfg.cache_dir,
+            temperature=cfg.temperature,
+            max_tokens=cfg.max_tokens,
+            concurrency=cfg.concurrency,
+            timeout_s=cfg.timeout_s,
             max_retries=cfg.max_retries,
         )
     if cfg.kind == "policy":
-        return checkpoint_teacher(cfg.policy_path, max_new_tokens=cfg.max_new_tokens, dtype=dtype, batch_size=batch_size)
+        return checkpoint_teacher(
+            cfg.policy_path, max_new_tokens=cfg.max_new_tokens, dtype=dtype, batch_size=batch_size
+        )
     raise ConfigError(f"params: `teacher.kind` must be one of {list(TEACHER_KINDS)}, got {cfg.kind!r}")
 
 
@@ -142,17 +151,32 @@ def canonical_answer(skill: Skill) -> str:
 def example_rows(trajs: Sequence[Trajectory], skills: Sequence[Skill]) -> list[dict[str, str]]:
     """One row per trajectory whose skill parsed, in trajectory order."""
     return [
-        {"prompt": analyzer_prompt(t), "completion": canonical_answer(s), "traj_id": t.traj_id,
-         "game_id": t.game_id, "task_type": t.task_type, "outcome": s.outcome}
+        {
+            "prompt": analyzer_prompt(t),
+            "completion": canonical_answer(s),
+            "traj_id": t.traj_id,
+            "game_id": t.game_id,
+            "task_type": t.task_type,
+            "outcome": s.outcome,
+        }
         for t, s in zip(trajs, skills)
         if s.parse_status in PARSED
     ]
 
 
 def preview_line(split: str, row: dict[str, str], traj: Trajectory, skill: Skill) -> dict:
-    return {"split": split, "traj_id": row["traj_id"], "game_id": row["game_id"], "task_type": row["task_type"],
-            "outcome": row["outcome"], "task": traj.task, "steps": traj.length, "parse_status": skill.parse_status,
-            "episode_summary": skill.summary, "episode_skill": skill.skill}
+    return {
+        "split": split,
+        "traj_id": row["traj_id"],
+        "game_id": row["game_id"],
+        "task_type": row["task_type"],
+        "outcome": row["outcome"],
+        "task": traj.task,
+        "steps": traj.length,
+        "parse_status": skill.parse_status,
+        "episode_summary": skill.summary,
+        "episode_skill": skill.skill,
+    }
 
 
 # ---------------------------------------------------------------- stage
@@ -161,7 +185,11 @@ def preview_line(split: str, row: dict[str, str], traj: Trajectory, skill: Skill
 def _length_stats(values: Sequence[int], prefix: str) -> dict[str, float]:
     if not values:
         return {f"{prefix}/min": 0, f"{prefix}/mean": 0.0, f"{prefix}/max": 0}
-    return {f"{prefix}/min": min(values), f"{prefix}/mean": round(statistics.fmean(values), 1), f"{prefix}/max": max(values)}
+    return {
+        f"{prefix}/min": min(values),
+        f"{prefix}/mean": round(statistics.fmean(values), 1),
+        f"{prefix}/max": max(values),
+    }
 
 
 def run_build_sft_data(
@@ -179,14 +207,25 @@ def run_build_sft_data(
     Path(params.teacher.cache_dir).mkdir(parents=True, exist_ok=True)
 
     model, tok = load_model(model_dir, dtype=dtype)
-    policy = HFPolicy(model, tok, batch_size=params.rollout.batch_size, max_prompt_tokens=params.rollout.max_prompt_tokens)
+    policy = HFPolicy(
+        model, tok, batch_size=params.rollout.batch_size, max_prompt_tokens=params.rollout.max_prompt_tokens
+    )
     trajs: list[Trajectory] = []
     for c, s in enumerate(range(0, len(games), ROLLOUT_CHUNK_GAMES)):
         seed = cfg.seed * 1009 + c
         seed_everything(seed)
         with EnvPool(root, params.env.workers) as pool:
-            trajs += play(policy, pool, games[s : s + ROLLOUT_CHUNK_GAMES], group_size=cfg.samples, env=params.env,
-                          gen=params.rollout, seed=seed, tag=f"sft/c{c}", progress=progress)
+            trajs += play(
+                policy,
+                pool,
+                games[s : s + ROLLOUT_CHUNK_GAMES],
+                group_size=cfg.samples,
+                env=params.env,
+                gen=params.rollout,
+                seed=seed,
+                tag=f"sft/c{c}",
+                progress=progress,
+            )
     del model, policy
     t_rollout = time.perf_counter()
 
@@ -256,4 +295,3 @@ def preview_records(sft_dir: str | Path) -> list[dict]:
     """The preview lines of a built SFT folder (for reports)."""
     with open(Path(sft_dir) / "preview.jsonl", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
-

@@ -4,6 +4,7 @@ Success is reported per task type, as the macro average over task types (the pap
 micro average over games (what the baselines the paper copied used); both are always labelled. Sampled
 mode averages over several seeds, as reproducers found single-seed sampled evaluation too noisy.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -41,7 +42,11 @@ def evaluate_model(
     entries = [e for split in games.values() for e in split]
     runs: dict[str, dict[str, list[dict[str, float]]]] = {split: {} for split in games}
     for mode in cfg.modes:
-        temps_seeds = [(0.0, cfg.seed)] if mode == "greedy" else [(cfg.temperature, cfg.seed + i) for i in range(cfg.sampled_runs)]
+        temps_seeds = (
+            [(0.0, cfg.seed)]
+            if mode == "greedy"
+            else [(cfg.temperature, cfg.seed + i) for i in range(cfg.sampled_runs)]
+        )
         for temp, seed in temps_seeds:
             seed_everything(seed)
             gen = SamplingConfig(
@@ -51,7 +56,16 @@ def evaluate_model(
                 max_prompt_tokens=cfg.generation.max_prompt_tokens,
                 batch_size=cfg.generation.batch_size,
             )
-            trajs = play(policy, pool, entries, group_size=1, env=params.env, gen=gen, seed=seed, tag=f"eval/{name}/{mode}/s{seed}")
+            trajs = play(
+                policy,
+                pool,
+                entries,
+                group_size=1,
+                env=params.env,
+                gen=gen,
+                seed=seed,
+                tag=f"eval/{name}/{mode}/s{seed}",
+            )
             for split, split_entries in games.items():
                 ids = {e.game_id for e in split_entries}
                 part = [t for t in trajs if t.game_id in ids]
@@ -66,7 +80,17 @@ def evaluate_model(
 
 def markdown_table(results: dict[str, dict[str, dict[str, dict[str, float]]]]) -> str:
     """One row per (model, split, mode): per-type success, macro and micro (labelled), invalid rate, length."""
-    head = ["model", "split", "mode", *[TASK_SHORT[t] for t in TASK_TYPES], "macro avg", "micro avg", "invalid rate", "mean length", "runs"]
+    head = [
+        "model",
+        "split",
+        "mode",
+        *[TASK_SHORT[t] for t in TASK_TYPES],
+        "macro avg",
+        "micro avg",
+        "invalid rate",
+        "mean length",
+        "runs",
+    ]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for model, splits in results.items():
         for split, modes in splits.items():
@@ -88,7 +112,12 @@ def markdown_table(results: dict[str, dict[str, dict[str, dict[str, float]]]]) -
 
 
 def run_evaluate(
-    params: Params, models: Iterable[tuple[str, Path]], manifest_dir: Path, metrics_path: Path, table_path: Path, traj_dir: Path | None
+    params: Params,
+    models: Iterable[tuple[str, Path]],
+    manifest_dir: Path,
+    metrics_path: Path,
+    table_path: Path,
+    traj_dir: Path | None,
 ) -> dict:
     root = data_root(params.data.alfworld_data)
     games = {s: read_manifest(manifest_dir / f"{s}.json", root) for s in SPLITS}
@@ -98,7 +127,10 @@ def run_evaluate(
         for name, path in models:
             model, tok = load_model(path, dtype=dtype)
             policy = HFPolicy(
-                model, tok, batch_size=params.evaluate.generation.batch_size, max_prompt_tokens=params.evaluate.generation.max_prompt_tokens
+                model,
+                tok,
+                batch_size=params.evaluate.generation.batch_size,
+                max_prompt_tokens=params.evaluate.generation.max_prompt_tokens,
             )
             results[name] = evaluate_model(policy, pool, games, params, name, traj_dir)
             del model, policy

@@ -4,6 +4,7 @@ Manifests (data/manifests/{train,warmup,valid_seen,valid_unseen}.json) are task-
 sorted subsets of ALFWorld's splits; `warmup` is drawn from the training games left after `train`, so the
 behaviour-cloning games are never RL games.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,7 +52,9 @@ def run_prepare(params: Params, model_dir: Path, manifest_dir: Path) -> dict[str
     cfg = params.prepare
     train_pool = list_games(root, "train")
     train = stratified_subset(train_pool, cfg.train_games, cfg.seed)
-    warmup = stratified_subset(train_pool, cfg.warmup_games, cfg.seed + 1, exclude=set(train)) if cfg.warmup_games else []
+    warmup = (
+        stratified_subset(train_pool, cfg.warmup_games, cfg.seed + 1, exclude=set(train)) if cfg.warmup_games else []
+    )
     chosen = {
         "train": train,
         "warmup": warmup,

@@ -66,7 +66,9 @@ def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def save_epoch(trainer: Trainer, run_dir: Path, epoch: int, corpus: list[dict], updates: list[dict], validation: dict) -> Path:
+def save_epoch(
+    trainer: Trainer, run_dir: Path, epoch: int, corpus: list[dict], updates: list[dict], validation: dict
+) -> Path:
     """Publish one epoch's checkpoint, skill corpus and metrics as `epoch_NNN/` (`records.publish_dir`).
 
     A failure (non-finite weights, disk full, read-only folder) leaves no temp folder and every earlier epoch
@@ -212,8 +214,17 @@ class RLRun:
         validation = {}
         if self.panel:
             trainer.model.eval()
-            val = play(trainer.policy, self.pool, self.panel, group_size=1, env=self.params.env,
-                       gen=dataclasses.replace(self.params.rollout, temperature=0.0), seed=0, tag=f"rl/val/e{epoch}", progress=False)
+            val = play(
+                trainer.policy,
+                self.pool,
+                self.panel,
+                group_size=1,
+                env=self.params.env,
+                gen=dataclasses.replace(self.params.rollout, temperature=0.0),
+                seed=0,
+                tag=f"rl/val/e{epoch}",
+                progress=False,
+            )
             m = summarize(val)
             validation = {"val/success_rate": m["success/micro"], "val/invalid_rate": m["invalid_rate"]}
             self.tracker.log(validation, step=epoch * cfg.updates_per_epoch - 1)
@@ -257,7 +268,16 @@ class RLRun:
         return summary
 
 
-def run_rl(params: Params, init_dir: Path, manifest_dir: Path, run_dir: Path, final_dir: Path, metrics_path: Path, plots_path: Path, log=print) -> dict:
+def run_rl(
+    params: Params,
+    init_dir: Path,
+    manifest_dir: Path,
+    run_dir: Path,
+    final_dir: Path,
+    metrics_path: Path,
+    plots_path: Path,
+    log=print,
+) -> dict:
     """Every pending epoch, then the final outputs (the Prefect flow does the same with one task per epoch)."""
     run = RLRun(params, init_dir, manifest_dir, run_dir, log)
     for epoch in run.pending():

@@ -15,6 +15,7 @@ trajectory, over the held-out trajectories that have one:
   task's target object (read from the game file, e.g. "cabinet 3"), the share whose analyzer skill names one
   of those same receptacles. Null when no teacher skill names one.
 """
+
 from __future__ import annotations
 
 import re
@@ -79,19 +80,30 @@ def skill_quality(
         "parse_rate": sum(parsed) / len(parsed) if parsed else 0.0,
         "skill_token_f1": statistics.fmean(f1s) if f1s else None,
         "target_location_hit": sum(hits) / len(hits) if hits else None,
-        "skill_chars_mean": statistics.fmean(len(s.skill) for s, ok in zip(skills, parsed) if ok) if any(parsed) else 0.0,
+        "skill_chars_mean": statistics.fmean(len(s.skill) for s, ok in zip(skills, parsed) if ok)
+        if any(parsed)
+        else 0.0,
         "location_eligible": len(hits),
     }
 
 
 def measure_analyzer(
-    model_path: Path, trajs: Sequence[Trajectory], reference: dict[str, Skill], oracle: OracleTeacher, params: Params, tag: str
+    model_path: Path,
+    trajs: Sequence[Trajectory],
+    reference: dict[str, Skill],
+    oracle: OracleTeacher,
+    params: Params,
+    tag: str,
 ) -> tuple[dict, list[Skill]]:
     """`model_path` as its own analyzer on `trajs`: metrics under `analyzer/<tag>/`, and its Skill records."""
     t0 = time.perf_counter()
     cfg = params.train_analyzer
-    teacher = checkpoint_teacher(model_path, max_new_tokens=cfg.analyzer_max_new_tokens,
-                             dtype=pick_dtype(params.model.dtype), batch_size=params.rollout.batch_size)
+    teacher = checkpoint_teacher(
+        model_path,
+        max_new_tokens=cfg.analyzer_max_new_tokens,
+        dtype=pick_dtype(params.model.dtype),
+        batch_size=params.rollout.batch_size,
+    )
     tqdm.write(f"analyzer check ({tag}): {teacher.name} on {len(trajs)} held-out trajectories")
     skills, stats = analyze(trajs, teacher, reask=False, max_skill_chars=params.build_sft_data.max_skill_chars)
     q = skill_quality(trajs, skills, reference, oracle)
@@ -112,8 +124,11 @@ def heldout_set(sft_dir: Path) -> tuple[list[Trajectory], dict[str, Skill]]:
         raise DataError(f"{path} does not exist; run the build_sft_data stage (`dvc repro build_sft_data`)")
     trajs = list(read_jsonl(path, Trajectory))
     ids = {t.traj_id for t in trajs}
-    reference = {s.traj_id: s for s in read_jsonl(Path(sft_dir) / "skills.jsonl", Skill)
-                 if s.traj_id in ids and s.parse_status in PARSED}
+    reference = {
+        s.traj_id: s
+        for s in read_jsonl(Path(sft_dir) / "skills.jsonl", Skill)
+        if s.traj_id in ids and s.parse_status in PARSED
+    }
     return trajs, reference
 
 
@@ -122,12 +137,19 @@ def rehearsal_examples(params: Params, manifest: Path, root: Path) -> list[dict]
     n = params.train_analyzer.rehearsal_games
     if not n:
         return []
-    return [{"prompt": x["prompt"], "completion": x["completion"]}
-            for x in expert_examples(root, read_manifest(manifest, root)[:n], params.env, progress=False)]
+    return [
+        {"prompt": x["prompt"], "completion": x["completion"]}
+        for x in expert_examples(root, read_manifest(manifest, root)[:n], params.env, progress=False)
+    ]
 
 
 def run_train_analyzer(
-    params: Params, sft_dir: Path, start_model: Path, out_dir: Path, metrics_path: Path, heldout_path: Path,
+    params: Params,
+    sft_dir: Path,
+    start_model: Path,
+    out_dir: Path,
+    metrics_path: Path,
+    heldout_path: Path,
     rehearsal_manifest: Path = Path("data/manifests/warmup.json"),
 ) -> dict:
     """The train_analyzer stage. Writes the analyzer to `out_dir`, metrics to `metrics_path`, and the held-out
@@ -162,14 +184,26 @@ def run_train_analyzer(
     )
     after, after_skills = measure_analyzer(out_dir, trajs, reference, oracle, params, "after")
 
-    write_jsonl(heldout_path, [
-        {"traj_id": t.traj_id, "game_id": t.game_id, "task_type": t.task_type, "outcome": b.outcome,
-         "target_locations": target_locations(oracle, t),
-         "teacher_skill": reference[t.traj_id].skill if t.traj_id in reference else None,
-         "before_status": b.parse_status, "before_skill": b.skill, "before_raw": b.raw_output,
-         "after_status": a.parse_status, "after_skill": a.skill, "after_raw": a.raw_output}
-        for t, b, a in zip(trajs, before_skills, after_skills)
-    ])
+    write_jsonl(
+        heldout_path,
+        [
+            {
+                "traj_id": t.traj_id,
+                "game_id": t.game_id,
+                "task_type": t.task_type,
+                "outcome": b.outcome,
+                "target_locations": target_locations(oracle, t),
+                "teacher_skill": reference[t.traj_id].skill if t.traj_id in reference else None,
+                "before_status": b.parse_status,
+                "before_skill": b.skill,
+                "before_raw": b.raw_output,
+                "after_status": a.parse_status,
+                "after_skill": a.skill,
+                "after_raw": a.raw_output,
+            }
+            for t, b, a in zip(trajs, before_skills, after_skills)
+        ],
+    )
     metrics = {
         "analyzer/heldout_trajectories": len(trajs),
         "analyzer/heldout_with_teacher_skill": len(reference),

@@ -9,6 +9,7 @@ same history, same window, same step cap), with a short templated `<think>` and 
 sized to make the policy valid most of the time while still losing most games, so RL has room to improve.
 Paper recipes turn it off (`warmup.enabled: false`), and the stage then passes the base model through.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """`seed`: the command line for people (the pipeline stages themselves run as Prefect flows via dvc.yaml)."""
+
 from __future__ import annotations
 
 import argparse
@@ -46,9 +47,13 @@ def cmd_play(args: argparse.Namespace) -> None:
     game = AlfworldGame(root, game_id)
     state = game.reset()
     history: list[tuple[str, str]] = []
-    print(f"game {game_id} ({game.task_type}); type an action, its number, or a full <think>/<action> response; ctrl-d quits\n")
+    print(
+        f"game {game_id} ({game.task_type}); type an action, its number, or a full <think>/<action> response; ctrl-d quits\n"
+    )
     for t in range(params.env.max_steps):
-        prompt = step_prompt(state.task, state.observation, state.admissible_actions, history, params.env.history_length)
+        prompt = step_prompt(
+            state.task, state.observation, state.admissible_actions, history, params.env.history_length
+        )
         print("-" * 80 + "\n" + prompt + "\n")
         for i, a in enumerate(state.admissible_actions):
             print(f"  {i:2d}. {a}")
@@ -112,12 +117,23 @@ def cmd_serve(args: argparse.Namespace) -> None:
 def cmd_sweep(args: argparse.Namespace) -> None:
     from seed_core.tools.sweep import run_sweep
 
-    summary = run_sweep(Path(args.repo), args.recipe, seeds=args.seeds, methods=args.methods, run=args.run,
-                        collect_only=args.collect, jobs=args.jobs, results=args.results)
+    summary = run_sweep(
+        Path(args.repo),
+        args.recipe,
+        seeds=args.seeds,
+        methods=args.methods,
+        run=args.run,
+        collect_only=args.collect,
+        jobs=args.jobs,
+        results=args.results,
+    )
     failed = [s["name"] for s in summary if s["status"] != "success"]
     if failed:
-        print(f"error: {len(failed)} of {len(summary)} sweep runs did not succeed: {', '.join(failed)} "
-              f"(the others are collected in {args.results}/)", file=sys.stderr)
+        print(
+            f"error: {len(failed)} of {len(summary)} sweep runs did not succeed: {', '.join(failed)} "
+            f"(the others are collected in {args.results}/)",
+            file=sys.stderr,
+        )
         sys.exit(1)
 
 
@@ -125,12 +141,19 @@ def cmd_skills(args: argparse.Namespace) -> None:
     """List (`seed skills [PATH ...]`) or diff (`seed skills diff A B`) skill corpora; see seed_core/tools/corpus.py."""
     from seed_core.tools import corpus
 
-    filters = dict(epochs=args.epoch or (), task_types=args.task_type or (), outcomes=args.outcome or (),
-                   parse_statuses=args.parse_status or (), runs=args.run or ())
+    filters = dict(
+        epochs=args.epoch or (),
+        task_types=args.task_type or (),
+        outcomes=args.outcome or (),
+        parse_statuses=args.parse_status or (),
+        runs=args.run or (),
+    )
     try:
         if args.paths[:1] == ["diff"]:
             if len(args.paths) != 3:
-                raise corpus.CorpusError("usage: seed skills diff A B  (A, B: epoch numbers, epoch or run folders, skills.jsonl files or globs)")
+                raise corpus.CorpusError(
+                    "usage: seed skills diff A B  (A, B: epoch numbers, epoch or run folders, skills.jsonl files or globs)"
+                )
 
             def side(spec: str) -> list[dict]:
                 # a bare number is that epoch of every corpus under the default location (narrow with --run)
@@ -143,7 +166,12 @@ def cmd_skills(args: argparse.Namespace) -> None:
                 if not entries:
                     raise corpus.CorpusError(f"side {name} ({spec}) has no skills after the filters")
             d = corpus.diff(a, b, args.top)
-            _emit(json.dumps(d, indent=2, ensure_ascii=False) + "\n" if args.json else corpus.render_diff(d, args.top, args.width), None)
+            _emit(
+                json.dumps(d, indent=2, ensure_ascii=False) + "\n"
+                if args.json
+                else corpus.render_diff(d, args.top, args.width),
+                None,
+            )
             return
         entries = corpus.select(corpus.load(corpus.find_corpora(args.paths)), **filters)
     except corpus.CorpusError as e:
@@ -151,7 +179,12 @@ def cmd_skills(args: argparse.Namespace) -> None:
     if args.sort == "delta":
         entries.sort(key=lambda x: -corpus.delta(x))
     entries = entries[: args.limit] if args.limit else entries
-    _emit(json.dumps(entries, indent=2, ensure_ascii=False) + "\n" if args.json else corpus.render_list(entries, args.width), None)
+    _emit(
+        json.dumps(entries, indent=2, ensure_ascii=False) + "\n"
+        if args.json
+        else corpus.render_list(entries, args.width),
+        None,
+    )
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -173,13 +206,31 @@ def cmd_doctor(args: argparse.Namespace) -> None:
     marker = "fault" if args.full else "fault and not slow"
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "faults.json"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", marker, str(tests), *args.pytest_args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            marker,
+            str(tests),
+            *args.pytest_args,
+        ]
         rc = subprocess.run(cmd, cwd=REPO, env={**os.environ, "SEED_FAULT_REPORT": str(report)}).returncode
         if not report.exists():
-            _fail(f"the fault suite reported nothing (pytest exit code {rc}); is pytest installed (`pip install -e .[dev]`)?")
+            _fail(
+                f"the fault suite reported nothing (pytest exit code {rc}); is pytest installed (`pip install -e .[dev]`)?"
+            )
         figures = json.loads(report.read_text())
     print(json.dumps({k: figures[k] for k in ("faults_injected", "faults_survived", "outputs_lost", "secrets_leaked")}))
-    ok = rc == 0 and figures["faults_injected"] == figures["faults_survived"] and not figures["outputs_lost"] and not figures["secrets_leaked"]
+    ok = (
+        rc == 0
+        and figures["faults_injected"] == figures["faults_survived"]
+        and not figures["outputs_lost"]
+        and not figures["secrets_leaked"]
+    )
     sys.exit(0 if ok else 1)
 
 
@@ -200,15 +251,20 @@ def build_parser() -> argparse.ArgumentParser:
         "`alfworld-download`; offline give an archive of the same tree with --archive or $ALFWORLD_ARCHIVE. "
         "Does nothing when a complete copy is already there.",
     )
-    a.add_argument("--archive", default=None, help="alfworld_data.tgz to install from (else $ALFWORLD_ARCHIVE, else download)")
+    a.add_argument(
+        "--archive", default=None, help="alfworld_data.tgz to install from (else $ALFWORLD_ARCHIVE, else download)"
+    )
     a.add_argument("--data-dir", default=None, help="target folder (default: $ALFWORLD_DATA, else .alfworld/)")
     a.add_argument("--force", action="store_true", help="delete the folder first and install again")
     a.set_defaults(func=cmd_data)
 
     p = sub.add_parser("params", help="validate a params file and print it resolved with every default")
     p.add_argument("--params", default="params.yaml")
-    p.add_argument("--explain", action="store_true",
-                   help="print every parameter's type, default and meaning as a markdown table (no params file read)")
+    p.add_argument(
+        "--explain",
+        action="store_true",
+        help="print every parameter's type, default and meaning as a markdown table (no params file read)",
+    )
     p.set_defaults(func=cmd_params)
 
     pl = sub.add_parser(
@@ -236,9 +292,15 @@ def build_parser() -> argparse.ArgumentParser:
         "then follows dependencies that are outputs of other stages down to prepare (base model, game manifests).",
     )
     ln.add_argument("path")
-    ln.add_argument("--format", choices=["text", "md", "html", "json"], default="text", help="output format (default: text)")
+    ln.add_argument(
+        "--format", choices=["text", "md", "html", "json"], default="text", help="output format (default: text)"
+    )
     ln.add_argument("--out", default=None, help="write to this file instead of printing")
-    ln.add_argument("--repo", default=None, help="the pipeline's folder (default: the nearest one holding dvc.lock above PATH, else the working directory)")
+    ln.add_argument(
+        "--repo",
+        default=None,
+        help="the pipeline's folder (default: the nearest one holding dvc.lock above PATH, else the working directory)",
+    )
     ln.set_defaults(func=cmd_lineage)
 
     sk = sub.add_parser(
@@ -254,9 +316,16 @@ def build_parser() -> argparse.ArgumentParser:
     sk.add_argument("--epoch", type=int, action="append", help="keep this epoch (repeatable)")
     sk.add_argument("--task-type", action="append", help="keep task types containing this text, e.g. heat (repeatable)")
     sk.add_argument("--outcome", choices=["success", "failure"], action="append", help="keep this episode outcome")
-    sk.add_argument("--parse-status", choices=["ok", "ok_after_reask", "failed", "dropped"], action="append", help="keep this analyzer parse status")
+    sk.add_argument(
+        "--parse-status",
+        choices=["ok", "ok_after_reask", "failed", "dropped"],
+        action="append",
+        help="keep this analyzer parse status",
+    )
     sk.add_argument("--run", action="append", help="keep run folders whose name contains this text (repeatable)")
-    sk.add_argument("--sort", choices=["file", "delta"], default="file", help="list order: as stored, or by mean Δ, largest first")
+    sk.add_argument(
+        "--sort", choices=["file", "delta"], default="file", help="list order: as stored, or by mean Δ, largest first"
+    )
     sk.add_argument("--limit", type=int, default=0, help="list at most this many skills (0: all)")
     sk.add_argument("--top", type=int, default=10, help="diff: rows per section (default 10; --json has all rules)")
     sk.add_argument("--width", type=int, default=120, help="clip skill text to this many characters (0: no clipping)")
@@ -296,9 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
         "RESULTS/sweep.json; a failed run does not stop the others and is named at the end (exit code 1).",
     )
     sw.add_argument("recipe", help="a sweep recipe, e.g. recipes/sweeps/methods.yaml")
-    sw.add_argument("--seeds", type=int, default=None, help="use the first N seeds of the recipe (0..N-1 if it has fewer)")
+    sw.add_argument(
+        "--seeds", type=int, default=None, help="use the first N seeds of the recipe (0..N-1 if it has fewer)"
+    )
     sw.add_argument("--methods", nargs="+", default=None, help="only these methods of the recipe")
-    sw.add_argument("--run", action="store_true", help="run the queue (`dvc exp run --run-all`) and collect the results")
+    sw.add_argument(
+        "--run", action="store_true", help="run the queue (`dvc exp run --run-all`) and collect the results"
+    )
     sw.add_argument("--collect", action="store_true", help="only collect the results of experiments already run")
     sw.add_argument("--jobs", type=int, default=1, help="experiments run at once (default 1)")
     sw.add_argument("--results", default="results", help="results folder (default: results/)")

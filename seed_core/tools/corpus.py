@@ -12,6 +12,7 @@ punctuation dropped. A rule's count on a side is the number of skills containing
 tokens, of log p(token | skill in context) - log p(token | no skill) under the rollout policy; it is what the
 gated OPD loss pulls the student towards.
 """
+
 from __future__ import annotations
 
 import glob
@@ -40,7 +41,13 @@ def find_corpora(specs: Iterable[str] = ()) -> list[Path]:
     specs = list(specs) or [DEFAULT_GLOB]
     found: list[Path] = []
     for spec in specs:
-        matches = [Path(m) for m in sorted(glob.glob(spec))] if glob.has_magic(spec) else [Path(spec)] if Path(spec).exists() else []
+        matches = (
+            [Path(m) for m in sorted(glob.glob(spec))]
+            if glob.has_magic(spec)
+            else [Path(spec)]
+            if Path(spec).exists()
+            else []
+        )
         files = []
         for m in matches:
             if m.is_file():
@@ -50,8 +57,10 @@ def find_corpora(specs: Iterable[str] = ()) -> list[Path]:
             else:
                 files += sorted(m.glob(f"epoch_*/{CORPUS}"))
         if not files:
-            raise CorpusError(f"no skill corpus at {spec!r}: give a skills.jsonl, an epoch folder, a run folder "
-                              f"(runs/rl/<run>) or a glob; the RL stage writes {DEFAULT_GLOB}")
+            raise CorpusError(
+                f"no skill corpus at {spec!r}: give a skills.jsonl, an epoch folder, a run folder "
+                f"(runs/rl/<run>) or a glob; the RL stage writes {DEFAULT_GLOB}"
+            )
         found += files
     unique = {Path(os.path.abspath(f)): f for f in found}  # the same file named two ways counts once
     return sorted(unique.values(), key=lambda f: os.path.abspath(f))
@@ -93,7 +102,8 @@ def select(
     substrings (`heat`, `seed-grpo`), outcomes and parse statuses exactly."""
     epochs, task_types, outcomes, parse_statuses, runs = map(list, (epochs, task_types, outcomes, parse_statuses, runs))
     return [
-        s for s in skills
+        s
+        for s in skills
         if (not epochs or s.get("epoch") in epochs)
         and (not task_types or any(t in s.get("task_type", "") for t in task_types))
         and (not outcomes or s.get("outcome") in outcomes)
@@ -147,7 +157,10 @@ def _rule_stats(skills: list[dict]) -> dict[str, dict]:
             st["count"] += 1
             if scored(s):
                 st["deltas"].append(delta(s))
-    return {r: {"count": st["count"], "delta_mean": statistics.fmean(st["deltas"]) if st["deltas"] else None} for r, st in stats.items()}
+    return {
+        r: {"count": st["count"], "delta_mean": statistics.fmean(st["deltas"]) if st["deltas"] else None}
+        for r, st in stats.items()
+    }
 
 
 def diff(a: list[dict], b: list[dict], top: int = 10) -> dict[str, Any]:
@@ -157,25 +170,44 @@ def diff(a: list[dict], b: list[dict], top: int = 10) -> dict[str, Any]:
     ra, rb = _rule_stats(a), _rule_stats(b)
 
     def row(r: str) -> dict:
-        return {"rule": r, "count_a": ra.get(r, {}).get("count", 0), "count_b": rb.get(r, {}).get("count", 0),
-                "delta_mean_a": ra.get(r, {}).get("delta_mean"), "delta_mean_b": rb.get(r, {}).get("delta_mean")}
+        return {
+            "rule": r,
+            "count_a": ra.get(r, {}).get("count", 0),
+            "count_b": rb.get(r, {}).get("count", 0),
+            "delta_mean_a": ra.get(r, {}).get("delta_mean"),
+            "delta_mean_b": rb.get(r, {}).get("delta_mean"),
+        }
 
     def order(keys: Iterable[str]) -> list[dict]:
-        return sorted((row(r) for r in keys), key=lambda x: (-max(x["count_a"], x["count_b"]), -x["count_b"], x["rule"]))
+        return sorted(
+            (row(r) for r in keys), key=lambda x: (-max(x["count_a"], x["count_b"]), -x["count_b"], x["rule"])
+        )
 
     def movers(side: list[dict]) -> list[dict]:
         same = Counter(normalize(s.get("skill", "")) for s in side)
         ranked = sorted(filter(scored, side), key=lambda s: (-delta(s), s.get("traj_id", "")))[:top]
-        return [{"delta_mean": delta(s), "same_text": same[normalize(s.get("skill", ""))], "run": s["run"], "epoch": s["epoch"],
-                 "task_type": s.get("task_type"), "outcome": s.get("outcome"), "traj_id": s.get("traj_id"), "skill": s.get("skill", "")}
-                for s in ranked]
+        return [
+            {
+                "delta_mean": delta(s),
+                "same_text": same[normalize(s.get("skill", ""))],
+                "run": s["run"],
+                "epoch": s["epoch"],
+                "task_type": s.get("task_type"),
+                "outcome": s.get("outcome"),
+                "traj_id": s.get("traj_id"),
+                "skill": s.get("skill", ""),
+            }
+            for s in ranked
+        ]
 
     return {
-        "a": summary(a), "b": summary(b),
+        "a": summary(a),
+        "b": summary(b),
         "recurring": order(set(ra) & set(rb)),
         "appeared": order(set(rb) - set(ra)),
         "disappeared": order(set(ra) - set(rb)),
-        "top_delta_a": movers(a), "top_delta_b": movers(b),
+        "top_delta_a": movers(a),
+        "top_delta_b": movers(b),
     }
 
 
@@ -191,12 +223,16 @@ def render_list(skills: list[dict], width: int = 120) -> str:
     """One line of provenance and one of skill text per entry, then totals."""
     lines = []
     for s in skills:
-        lines.append(f"{s['run']} epoch {s['epoch']} update {s.get('update')}  {s.get('task_type')}  {s.get('outcome')}  "
-                     f"parse={s.get('parse_status')}  Δmean={f'{delta(s):+.4f}' if scored(s) else '-'}  {s.get('traj_id')}")
+        lines.append(
+            f"{s['run']} epoch {s['epoch']} update {s.get('update')}  {s.get('task_type')}  {s.get('outcome')}  "
+            f"parse={s.get('parse_status')}  Δmean={f'{delta(s):+.4f}' if scored(s) else '-'}  {s.get('traj_id')}"
+        )
         lines.append("    " + _clip(s.get("skill", "") or f"(no skill; raw: {s.get('raw_output', '')})", width))
     st = summary(skills)
     mean = "-" if st["delta_mean"] is None else f"{st['delta_mean']:+.4f}"
-    lines.append(f"{st['skills']} skills; outcome {st['outcome']}; parse status {st['parse_status']}; mean Δ {mean} over {st['scored']} re-scored")
+    lines.append(
+        f"{st['skills']} skills; outcome {st['outcome']}; parse status {st['parse_status']}; mean Δ {mean} over {st['scored']} re-scored"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -205,20 +241,33 @@ def render_diff(d: dict, top: int = 10, width: int = 100) -> str:
         return "     -" if x is None else f"{x:+.4f}"
 
     def side(name: str, st: dict) -> str:
-        return (f"{name}: {st['skills']} skills from {', '.join(st['runs']) or '-'} epochs {st['epochs'] or '-'}; "
-                f"outcome {st['outcome']}; parse status {st['parse_status']}; mean Δ {f(st['delta_mean']).strip()} over {st['scored']} re-scored")
+        return (
+            f"{name}: {st['skills']} skills from {', '.join(st['runs']) or '-'} epochs {st['epochs'] or '-'}; "
+            f"outcome {st['outcome']}; parse status {st['parse_status']}; mean Δ {f(st['delta_mean']).strip()} over {st['scored']} re-scored"
+        )
 
     lines = [side("A", d["a"]), side("B", d["b"]), ""]
-    for key, title in (("recurring", "rules in both"), ("appeared", "rules only in B (appeared)"), ("disappeared", "rules only in A (disappeared)")):
+    for key, title in (
+        ("recurring", "rules in both"),
+        ("appeared", "rules only in B (appeared)"),
+        ("disappeared", "rules only in A (disappeared)"),
+    ):
         rows = d[key]
         lines.append(f"{title}: {len(rows)}" + (f", top {top}" if len(rows) > top else ""))
         if rows:
             lines.append("  count A  count B  Δ A      Δ B      rule")
-            lines += [f"  {r['count_a']:7d}  {r['count_b']:7d}  {f(r['delta_mean_a'])}  {f(r['delta_mean_b'])}  {_clip(r['rule'], width)}" for r in rows[:top]]
+            lines += [
+                f"  {r['count_a']:7d}  {r['count_b']:7d}  {f(r['delta_mean_a'])}  {f(r['delta_mean_b'])}  {_clip(r['rule'], width)}"
+                for r in rows[:top]
+            ]
         lines.append("")
     for key, name in (("top_delta_a", "A"), ("top_delta_b", "B")):
-        lines.append(f"skills that moved the most probability in {name} (largest rescore.delta_mean; ×n = skills with the same normalized text):")
-        lines += [f"  {m['delta_mean']:+.4f} ×{m['same_text']}  {m['task_type']} {m['outcome']} ({m['run']} epoch {m['epoch']}): {_clip(m['skill'], width)}"
-                  for m in d[key]]
+        lines.append(
+            f"skills that moved the most probability in {name} (largest rescore.delta_mean; ×n = skills with the same normalized text):"
+        )
+        lines += [
+            f"  {m['delta_mean']:+.4f} ×{m['same_text']}  {m['task_type']} {m['outcome']} ({m['run']} epoch {m['epoch']}): {_clip(m['skill'], width)}"
+            for m in d[key]
+        ]
         lines.append("")
     return "\n".join(lines)

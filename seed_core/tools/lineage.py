@@ -19,6 +19,7 @@ so and falls back to the commit that last changed `dvc.lock`.
 the `runs/rl` output), then follows dependencies that are outputs of other stages, recursively, down to the
 stages with no upstream (prepare: the base model and the task manifests, whose per-game sha256 it digests).
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -61,8 +62,12 @@ def git_revision(cwd: str | os.PathLike = ".") -> dict[str, Any]:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True)
         if head.returncode != 0:
             return {"commit": None, "dirty": None, "changed": [], "note": head.stderr.strip() or "not a git repository"}
-        diff = subprocess.run(["git", "diff", "HEAD", "--name-only", "--relative", "--", ".", *_BOOKKEEPING],
-                              cwd=cwd, capture_output=True, text=True)
+        diff = subprocess.run(
+            ["git", "diff", "HEAD", "--name-only", "--relative", "--", ".", *_BOOKKEEPING],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+        )
     except FileNotFoundError:
         return {"commit": None, "dirty": None, "changed": [], "note": "git is not installed"}
     outs = _pipeline_outputs(Path(cwd))
@@ -86,7 +91,9 @@ def select_params(resolved: dict[str, Any], keys: list[str]) -> dict[str, Any]:
         node: Any = resolved
         for part in key.split("."):
             if not isinstance(node, dict) or part not in node:
-                raise LineageError(f"parameter {key!r} is not in the resolved parameters (sections: {sorted(resolved)})")
+                raise LineageError(
+                    f"parameter {key!r} is not in the resolved parameters (sections: {sorted(resolved)})"
+                )
             node = node[part]
         out[key] = node
     return out
@@ -116,7 +123,10 @@ def write_lineage(
     }
     if os.environ.get("DVC_EXP_BASELINE_REV"):
         # inside `dvc exp run`, HEAD can be DVC's temporary commit; DVC names the experiment and its baseline
-        record["dvc_experiment"] = {"name": os.environ.get("DVC_EXP_NAME"), "baseline_rev": os.environ["DVC_EXP_BASELINE_REV"]}
+        record["dvc_experiment"] = {
+            "name": os.environ.get("DVC_EXP_NAME"),
+            "baseline_rev": os.environ["DVC_EXP_BASELINE_REV"],
+        }
     written = []
     for out in outputs:
         if not Path(cwd, out).exists():  # a missing output is DVC's to report; bookkeeping never fails a stage
@@ -136,7 +146,9 @@ def find_root(path: str | os.PathLike) -> Path:
     for d in [start, *start.parents, cwd, *cwd.parents]:
         if (d / "dvc.lock").exists() or (d / "dvc.yaml").exists():
             return d
-    raise LineageError(f"no dvc.yaml or dvc.lock at or above {path} nor in the working directory; run inside the pipeline's repository or pass --repo")
+    raise LineageError(
+        f"no dvc.yaml or dvc.lock at or above {path} nor in the working directory; run inside the pipeline's repository or pass --repo"
+    )
 
 
 def _inside(path: str, out: str) -> bool:
@@ -195,7 +207,9 @@ def _declared_outputs(root: Path) -> dict[str, list[str]]:
 def _manifest_summary(path: Path) -> list[dict]:
     """Task manifests ({"games": [{game_id, split, sha256}, ...]}) at `path` (a file or a folder of them):
     games per manifest and one digest of their game-file hashes, which pins the ALFWorld data actually used."""
-    files = sorted(path.glob("*.json")) if path.is_dir() else [path] if path.suffix == ".json" and path.is_file() else []
+    files = (
+        sorted(path.glob("*.json")) if path.is_dir() else [path] if path.suffix == ".json" and path.is_file() else []
+    )
     out = []
     for f in files:
         try:
@@ -205,14 +219,23 @@ def _manifest_summary(path: Path) -> list[dict]:
         if not isinstance(games, list) or not all(isinstance(g, dict) and "sha256" in g for g in games):
             continue
         digest = hashlib.sha256("".join(f"{g.get('game_id')}:{g['sha256']}\n" for g in games).encode()).hexdigest()
-        out.append({"manifest": f.name, "games": len(games), "splits": sorted({str(g.get("split")) for g in games}), "games_sha256": digest})
+        out.append(
+            {
+                "manifest": f.name,
+                "games": len(games),
+                "splits": sorted({str(g.get("split")) for g in games}),
+                "games_sha256": digest,
+            }
+        )
     return out
 
 
 def _lock_commit(root: Path) -> str | None:
     """The last commit that changed dvc.lock: the best stand-in for a missing metadata file's code revision."""
     try:
-        r = subprocess.run(["git", "log", "-1", "--format=%H", "--", "dvc.lock"], cwd=root, capture_output=True, text=True)
+        r = subprocess.run(
+            ["git", "log", "-1", "--format=%H", "--", "dvc.lock"], cwd=root, capture_output=True, text=True
+        )
     except FileNotFoundError:
         return None
     return (r.stdout.strip() or None) if r.returncode == 0 else None
@@ -228,13 +251,19 @@ class _Lock:
 
     def producer(self, rel: str) -> tuple[str, str] | None:
         """(stage, output) whose output is `rel` or contains it; the longest matching output wins."""
-        hits = [(len(o["path"]), s, o["path"]) for s, e in self.stages.items() for o in e.get("outs") or [] if _inside(rel, o["path"])]
+        hits = [
+            (len(o["path"]), s, o["path"])
+            for s, e in self.stages.items()
+            for o in e.get("outs") or []
+            if _inside(rel, o["path"])
+        ]
         return (max(hits)[1], max(hits)[2]) if hits else None
 
     def dep_producer(self, dep: str) -> tuple[str, str] | None:
         """The stage whose output a dependency is, lies in, or (a dependency on a whole folder) contains."""
         return self.producer(dep) or next(
-            ((s, o["path"]) for s, e in self.stages.items() for o in e.get("outs") or [] if _inside(o["path"], dep)), None
+            ((s, o["path"]) for s, e in self.stages.items() for o in e.get("outs") or [] if _inside(o["path"], dep)),
+            None,
         )
 
     def out_hash(self, stage: str, path: str) -> str | None:
@@ -243,8 +272,12 @@ class _Lock:
     def not_produced(self, rel: str) -> LineageError:
         pending = {s: o for s, o in _declared_outputs(self.root).items() if s not in self.stages}
         owner = next((s for s, outs in pending.items() if any(_inside(rel, o) for o in outs)), None)
-        lines = [f"stage {owner} declares {rel} in dvc.yaml but has not run yet (`dvc repro {owner}`)" if owner
-                 else f"no stage in {self.root / 'dvc.lock'} produced {rel}", "outputs by stage:"]
+        lines = [
+            f"stage {owner} declares {rel} in dvc.yaml but has not run yet (`dvc repro {owner}`)"
+            if owner
+            else f"no stage in {self.root / 'dvc.lock'} produced {rel}",
+            "outputs by stage:",
+        ]
         lines += [f"  {s}: {', '.join(o['path'] for o in e.get('outs') or [])}" for s, e in self.stages.items()]
         lines += [f"  {s} (not run yet): {', '.join(o)}" for s, o in pending.items()]
         return LineageError("\n".join(lines))
@@ -257,7 +290,9 @@ def _read_meta(root: Path, outs: list[str]) -> tuple[dict | None, str | None]:
             try:
                 return json.loads(p.read_text()), str(metadata_path(o))
             except json.JSONDecodeError as e:
-                raise LineageError(f"{p} is not valid JSON ({e}); re-run its stage (`dvc repro --force <stage>`)") from e
+                raise LineageError(
+                    f"{p} is not valid JSON ({e}); re-run its stage (`dvc repro --force <stage>`)"
+                ) from e
     return None, None
 
 
@@ -273,10 +308,16 @@ def _run_json_notes(root: Path, rel: str, out: str, lock_params: dict) -> list[s
                 own = _flat(json.loads(f.read_text()).get("params") or {})
             except (json.JSONDecodeError, AttributeError):
                 own = {}
-            diffs = [f"{k}: {own[k]!r} here, {lock_params[k]!r} in dvc.lock" for k in sorted(own) if k in lock_params and own[k] != lock_params[k]]
+            diffs = [
+                f"{k}: {own[k]!r} here, {lock_params[k]!r} in dvc.lock"
+                for k in sorted(own)
+                if k in lock_params and own[k] != lock_params[k]
+            ]
             if diffs:
-                notes.append(f"{d.as_posix()} was trained under other parameters than the last run dvc.lock records "
-                             f"({'; '.join(diffs)}); its own parameters are in {d.as_posix()}/run.json")
+                notes.append(
+                    f"{d.as_posix()} was trained under other parameters than the last run dvc.lock records "
+                    f"({'; '.join(diffs)}); its own parameters are in {d.as_posix()}/run.json"
+                )
         d = d.parent
     return notes
 
@@ -307,11 +348,17 @@ def _node(lock: _Lock, stage: str, via: str, seen: set[str]) -> dict:
     notes = []
     if meta is None:
         commit = _lock_commit(lock.root)
-        notes.append(f"no metadata file {metadata_path(via)} (outputs restored by dvc pull/checkout/exp apply have none)"
-                     + (f"; dvc.lock was last committed in {commit}" if commit else ""))
+        notes.append(
+            f"no metadata file {metadata_path(via)} (outputs restored by dvc pull/checkout/exp apply have none)"
+            + (f"; dvc.lock was last committed in {commit}" if commit else "")
+        )
     else:
         mine = {k: v for k, v in _flat(meta.get("params") or {}).items()}
-        diffs = [f"{k}: {params[k]!r} in dvc.lock, {mine[k]!r} in metadata" for k in sorted(mine) if k in params and mine[k] != params[k]]
+        diffs = [
+            f"{k}: {params[k]!r} in dvc.lock, {mine[k]!r} in metadata"
+            for k in sorted(mine)
+            if k in params and mine[k] != params[k]
+        ]
         if diffs:
             notes.append(f"{meta_file} was written by another run than dvc.lock records ({'; '.join(diffs)})")
     deps, upstream = [], []
@@ -322,14 +369,24 @@ def _node(lock: _Lock, stage: str, via: str, seen: set[str]) -> dict:
         if prod:
             now = lock.out_hash(prod[0], d["path"])
             if now is not None and now != dep["hash"]:
-                notes.append(f"{d['path']} changed after this stage ran (md5 {dep['hash']} then, {now} now): `dvc repro` to update")
+                notes.append(
+                    f"{d['path']} changed after this stage ran (md5 {dep['hash']} then, {now} now): `dvc repro` to update"
+                )
             if prod[0] not in {u["stage"] for u in upstream}:  # one entry per upstream stage
                 upstream.append(_node(lock, prod[0], prod[1], seen))
     manifests = [{"output": o, **m} for o in outs for m in _manifest_summary(lock.root / o)]
     return {
-        "stage": stage, "via": via, "cmd": entry.get("cmd"), "params": params, "deps": deps,
+        "stage": stage,
+        "via": via,
+        "cmd": entry.get("cmd"),
+        "params": params,
+        "deps": deps,
         "outs": [{"path": o["path"], "hash": _hash(o)} for o in entry.get("outs") or []],
-        "meta": meta, "meta_file": meta_file, "notes": notes, "manifests": manifests, "upstream": upstream,
+        "meta": meta,
+        "meta_file": meta_file,
+        "notes": notes,
+        "manifests": manifests,
+        "upstream": upstream,
     }
 
 
@@ -348,7 +405,13 @@ def describe_code(meta: dict | None) -> str:
         return "not recorded"
     g = meta.get("git") or {}
     rev = g.get("commit") or f"unknown ({g.get('note', 'no git')})"
-    dirty = f" + uncommitted changes in {', '.join(g.get('changed') or [])}" if g.get("dirty") else " (clean)" if g.get("commit") else ""
+    dirty = (
+        f" + uncommitted changes in {', '.join(g.get('changed') or [])}"
+        if g.get("dirty")
+        else " (clean)"
+        if g.get("commit")
+        else ""
+    )
     run = f", Prefect flow run {meta['prefect_flow_run_id']}" if meta.get("prefect_flow_run_id") else ""
     exp = meta.get("dvc_experiment")
     exp = f", DVC experiment {exp.get('name')} on baseline {exp.get('baseline_rev')}" if exp else ""
@@ -375,7 +438,10 @@ def render_text(tree: dict) -> str:
             lines.append(f"{pad}params:")
             lines += [f"{pad}  {k}: {_fmt(v)}" for k, v in n["params"].items()]
         lines.append(f"{pad}deps:")
-        lines += [f"{pad}  {d['path']}  md5 {d['hash']}" + (f"  <- {d['producer']}" if d["producer"] else "") for d in n["deps"]]
+        lines += [
+            f"{pad}  {d['path']}  md5 {d['hash']}" + (f"  <- {d['producer']}" if d["producer"] else "")
+            for d in n["deps"]
+        ]
         lines.append(f"{pad}outs:")
         lines += [f"{pad}  {o['path']}  md5 {o['hash']}" for o in n["outs"]]
         inputs = (n["meta"] or {}).get("inputs") or {}
@@ -383,13 +449,20 @@ def render_text(tree: dict) -> str:
             lines.append(f"{pad}external inputs:")
             lines += [f"{pad}  {k}: {_fmt(v)}" for k, v in inputs.items()]
         for m in n["manifests"]:
-            lines.append(f"{pad}manifest {m['output']}/{m['manifest']}: {m['games']} games ({', '.join(m['splits'])}), "
-                         f"game files sha256 digest {m['games_sha256'][:16]}")
+            lines.append(
+                f"{pad}manifest {m['output']}/{m['manifest']}: {m['games']} games ({', '.join(m['splits'])}), "
+                f"game files sha256 digest {m['games_sha256'][:16]}"
+            )
     return "\n".join(lines) + "\n"
 
 
 def render_markdown(tree: dict) -> str:
-    lines = [f"# Lineage of `{tree['path']}`", "", f"Repository `{tree['root']}`; each stage lists its upstream stages after it.", ""]
+    lines = [
+        f"# Lineage of `{tree['path']}`",
+        "",
+        f"Repository `{tree['root']}`; each stage lists its upstream stages after it.",
+        "",
+    ]
     for depth, n in _walk(tree["node"]):
         title = f"{'#' * min(depth + 2, 6)} `{n['via']}` ← stage `{n['stage']}`"
         if n.get("seen"):
@@ -400,10 +473,17 @@ def render_markdown(tree: dict) -> str:
         for k, v in ((n["meta"] or {}).get("inputs") or {}).items():
             lines.append(f"- external input {k}: `{_fmt(v)}`")
         for m in n["manifests"]:
-            lines.append(f"- manifest `{m['output']}/{m['manifest']}`: {m['games']} games ({', '.join(m['splits'])}), "
-                         f"game files sha256 digest `{m['games_sha256'][:16]}`")
+            lines.append(
+                f"- manifest `{m['output']}/{m['manifest']}`: {m['games']} games ({', '.join(m['splits'])}), "
+                f"game files sha256 digest `{m['games_sha256'][:16]}`"
+            )
         if n["params"]:
-            lines += ["", "| parameter | value |", "|---|---|", *[f"| `{k}` | `{_fmt(v)}` |" for k, v in n["params"].items()]]
+            lines += [
+                "",
+                "| parameter | value |",
+                "|---|---|",
+                *[f"| `{k}` | `{_fmt(v)}` |" for k, v in n["params"].items()],
+            ]
         lines += ["", "| dependency | md5 | produced by |", "|---|---|---|"]
         lines += [f"| `{d['path']}` | `{d['hash']}` | {d['producer'] or '–'} |" for d in n["deps"]]
         lines += ["", "| output | md5 |", "|---|---|", *[f"| `{o['path']}` | `{o['hash']}` |" for o in n["outs"]], ""]
@@ -415,8 +495,13 @@ def render_html(tree: dict) -> str:
     e = html.escape
 
     def table(head: list[str], rows: list[list[str]]) -> str:
-        return ("<table><tr>" + "".join(f"<th>{e(h)}</th>" for h in head) + "</tr>"
-                + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows) + "</table>")
+        return (
+            "<table><tr>"
+            + "".join(f"<th>{e(h)}</th>" for h in head)
+            + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows)
+            + "</table>"
+        )
 
     def block(n: dict) -> str:
         title = f"<code>{e(n['via'])}</code> ← stage <b>{e(n['stage'])}</b>"
@@ -424,23 +509,40 @@ def render_html(tree: dict) -> str:
             return f"<div class='stage seen' data-stage='{e(n['stage'])}'>{title} (shown above)</div>"
         items = [f"<li>cmd: <code>{e(str(n['cmd']))}</code></li>", f"<li>code: {e(describe_code(n['meta']))}</li>"]
         items += [f"<li class='note'>note: {e(x)}</li>" for x in n["notes"]]
-        items += [f"<li>external input {e(k)}: <code>{e(_fmt(v))}</code></li>" for k, v in ((n["meta"] or {}).get("inputs") or {}).items()]
-        items += [f"<li>manifest <code>{e(m['output'])}/{e(m['manifest'])}</code>: {m['games']} games, game files sha256 digest "
-                  f"<code>{m['games_sha256'][:16]}</code></li>" for m in n["manifests"]]
+        items += [
+            f"<li>external input {e(k)}: <code>{e(_fmt(v))}</code></li>"
+            for k, v in ((n["meta"] or {}).get("inputs") or {}).items()
+        ]
+        items += [
+            f"<li>manifest <code>{e(m['output'])}/{e(m['manifest'])}</code>: {m['games']} games, game files sha256 digest "
+            f"<code>{m['games_sha256'][:16]}</code></li>"
+            for m in n["manifests"]
+        ]
         body = "<ul>" + "".join(items) + "</ul>"
         if n["params"]:
             body += table(["parameter", "value"], [[k, _fmt(v)] for k, v in n["params"].items()])
-        body += table(["dependency", "md5", "produced by"], [[d["path"], d["hash"], d["producer"] or "–"] for d in n["deps"]])
+        body += table(
+            ["dependency", "md5", "produced by"], [[d["path"], d["hash"], d["producer"] or "–"] for d in n["deps"]]
+        )
         body += table(["output", "md5"], [[o["path"], o["hash"]] for o in n["outs"]])
         body += "".join(block(u) for u in n["upstream"])
         return f"<details open class='stage' data-stage='{e(n['stage'])}'><summary>{title}</summary>{body}</details>"
 
-    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:75em}details.stage,div.stage{margin:.6em 0 .6em 1.2em;"
-             "border-left:3px solid #8ab;padding-left:.8em}table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #ccc;"
-             "padding:2px 6px;font-size:90%;text-align:left}.note{color:#a40}code{background:#f4f4f4}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>Lineage of {e(tree['path'])}</title><style>{style}</style>"
-            f"</head><body><h1>Lineage of <code>{e(tree['path'])}</code></h1><p>Repository <code>{e(tree['root'])}</code></p>"
-            f"{block(tree['node'])}</body></html>\n")
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:2em;max-width:75em}details.stage,div.stage{margin:.6em 0 .6em 1.2em;"
+        "border-left:3px solid #8ab;padding-left:.8em}table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #ccc;"
+        "padding:2px 6px;font-size:90%;text-align:left}.note{color:#a40}code{background:#f4f4f4}"
+    )
+    return (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>Lineage of {e(tree['path'])}</title><style>{style}</style>"
+        f"</head><body><h1>Lineage of <code>{e(tree['path'])}</code></h1><p>Repository <code>{e(tree['root'])}</code></p>"
+        f"{block(tree['node'])}</body></html>\n"
+    )
 
 
-RENDERERS = {"text": render_text, "md": render_markdown, "html": render_html, "json": lambda t: json.dumps(t, indent=2, default=str) + "\n"}
+RENDERERS = {
+    "text": render_text,
+    "md": render_markdown,
+    "html": render_html,
+    "json": lambda t: json.dumps(t, indent=2, default=str) + "\n",
+}

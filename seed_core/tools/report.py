@@ -23,6 +23,7 @@ taken from each run's eval.json and then averaged over seeds.
 Plots are SVG drawn here (no plotting dependency), embedded as base64 `data:` images: per method the mean
 over seeds at each update (bold) and each seed (thin).
 """
+
 from __future__ import annotations
 
 import base64
@@ -44,12 +45,50 @@ from seed_core.records import atomic_write_text
 from seed_core.tools import corpus
 
 # two-sided 95% Student-t quantiles t(0.975, df); for df above 30 the next lower tabulated df (conservative)
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
-        11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
-        21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045, 30: 2.042,
-        40: 2.021, 60: 2.000, 120: 1.980}
-CURVES = ("rollout/success_rate", "opd/active_token_ratio", "opd/gate_mean", "opd/gate_gt_half_ratio", "opd/delta_mean",
-          "skills/parse_rate", "loss/opd")
+T975 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+    21: 2.080,
+    22: 2.074,
+    23: 2.069,
+    24: 2.064,
+    25: 2.060,
+    26: 2.056,
+    27: 2.052,
+    28: 2.048,
+    29: 2.045,
+    30: 2.042,
+    40: 2.021,
+    60: 2.000,
+    120: 1.980,
+}
+CURVES = (
+    "rollout/success_rate",
+    "opd/active_token_ratio",
+    "opd/gate_mean",
+    "opd/gate_gt_half_ratio",
+    "opd/delta_mean",
+    "skills/parse_rate",
+    "loss/opd",
+)
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 _SEED_SUFFIX = re.compile(r"^(.*)-s(\d+)$")
 
@@ -88,7 +127,9 @@ class Run:
 def _json(path: Path, required: bool) -> Any:
     if not path.exists():
         if required:
-            raise ReportError(f"{path} is missing: every run folder needs metrics/eval.json (see `seed report --help` for the layout)")
+            raise ReportError(
+                f"{path} is missing: every run folder needs metrics/eval.json (see `seed report --help` for the layout)"
+            )
         return None
     try:
         return json.loads(path.read_text())
@@ -101,19 +142,33 @@ def _skills(path: Path, params: dict) -> list[dict]:
         return corpus.load([path / "skills.jsonl"])
     rl = params.get("rl") or {}
     # the rl stage names run folders <method>-<advantage>-s<seed>-<hash>; a workspace may hold other runs too
-    runs = sorted(path.glob(f"runs/rl/{rl.get('method', '*')}-{rl.get('advantage', '*')}-s{rl.get('seed', '*')}-*"), key=lambda p: p.stat().st_mtime)
+    runs = sorted(
+        path.glob(f"runs/rl/{rl.get('method', '*')}-{rl.get('advantage', '*')}-s{rl.get('seed', '*')}-*"),
+        key=lambda p: p.stat().st_mtime,
+    )
     epochs = sorted(runs[-1].glob("epoch_*/skills.jsonl")) if runs else []
     return corpus.load(epochs[-1:])
 
 
 def load_run(name: str, path: Path) -> Run:
     if not (path / "params.yaml").is_file():
-        raise ReportError(f"{path}/params.yaml is missing: a run folder holds params.yaml and metrics/ (see `seed report --help`)")
+        raise ReportError(
+            f"{path}/params.yaml is missing: a run folder holds params.yaml and metrics/ (see `seed report --help`)"
+        )
     params = yaml.safe_load((path / "params.yaml").read_text()) or {}
     m = _SEED_SUFFIX.match(name)
     method, seed = (m.group(1), m.group(2)) if m else (name, str((params.get("rl") or {}).get("seed", "?")))
-    return Run(name, path, method, seed, params, _json(path / "metrics/eval.json", True), _json(path / "metrics/rl.json", False),
-               _json(path / "metrics/rl_updates.json", False) or [], _skills(path, params))
+    return Run(
+        name,
+        path,
+        method,
+        seed,
+        params,
+        _json(path / "metrics/eval.json", True),
+        _json(path / "metrics/rl.json", False),
+        _json(path / "metrics/rl_updates.json", False) or [],
+        _skills(path, params),
+    )
 
 
 def discover(specs: Sequence[str]) -> tuple[list[Run], list[dict]]:
@@ -123,7 +178,9 @@ def discover(specs: Sequence[str]) -> tuple[list[Run], list[dict]]:
         name, sep, p = spec.partition("=")
         path = Path(p if sep else spec)
         if not path.is_dir():
-            raise ReportError(f"{path} is not a folder; give run folders (params.yaml + metrics/) or a folder of them (results/)")
+            raise ReportError(
+                f"{path} is not a folder; give run folders (params.yaml + metrics/) or a folder of them (results/)"
+            )
         if (path / "params.yaml").exists():
             runs.append(load_run(name if sep else path.resolve().name, path))
             continue
@@ -162,8 +219,10 @@ def group(runs: list[Run]) -> dict[str, list[Run]]:
             mine = _no_seeds(r.params)
             diff = sorted(k for k in set(ref) | set(mine) if ref.get(k) != mine.get(k))
             if diff:
-                raise ReportError(f"runs {rs[0].name} and {r.name} are seeds of method {method!r} by name but their params.yaml "
-                                  f"differ in {', '.join(diff)}; give them different method names")
+                raise ReportError(
+                    f"runs {rs[0].name} and {r.name} are seeds of method {method!r} by name but their params.yaml "
+                    f"differ in {', '.join(diff)}; give them different method names"
+                )
         seeds = [r.seed for r in rs]
         if len(set(seeds)) < len(seeds):
             raise ReportError(f"method {method!r} has the same seed twice: {[r.name for r in rs]}")
@@ -200,13 +259,17 @@ def svg_chart(title: str, series: list[dict], width: int = 640, height: int = 30
         return top + (1 - (y - y0) / (y1 - y0)) * ph
 
     e = html.escape
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-             f'font-family="sans-serif" font-size="11"><rect width="100%" height="100%" fill="white"/>',
-             f'<text x="{left}" y="18" font-size="13" font-weight="bold">{e(title)}</text>',
-             f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#888"/>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
+        f'font-family="sans-serif" font-size="11"><rect width="100%" height="100%" fill="white"/>',
+        f'<text x="{left}" y="18" font-size="13" font-weight="bold">{e(title)}</text>',
+        f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#888"/>',
+    ]
     for t in _ticks(y0, y1):
-        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{py(t):.1f}" y2="{py(t):.1f}" stroke="#eee"/>'
-                     f'<text x="{left - 6}" y="{py(t) + 4:.1f}" text-anchor="end">{t:.3g}</text>')
+        parts.append(
+            f'<line x1="{left}" x2="{left + pw}" y1="{py(t):.1f}" y2="{py(t):.1f}" stroke="#eee"/>'
+            f'<text x="{left - 6}" y="{py(t) + 4:.1f}" text-anchor="end">{t:.3g}</text>'
+        )
     xt = sorted(set(xs))
     for t in xt[:: max(1, math.ceil(len(xt) / 10))]:
         parts.append(f'<text x="{px(t):.1f}" y="{top + ph + 16}" text-anchor="middle">{t:g}</text>')
@@ -219,8 +282,10 @@ def svg_chart(title: str, series: list[dict], width: int = 640, height: int = 30
             parts.append(f'<circle cx="{px(s["x"][0]):.1f}" cy="{py(s["y"][0]):.1f}" r="3" fill="{s["color"]}"/>')
     for i, s in enumerate(x for x in series if x["bold"]):
         y = top + 10 + 16 * i
-        parts.append(f'<line x1="{left + pw + 12}" x2="{left + pw + 32}" y1="{y}" y2="{y}" stroke="{s["color"]}" stroke-width="2.5"/>'
-                     f'<text x="{left + pw + 38}" y="{y + 4}">{e(s["label"])}</text>')
+        parts.append(
+            f'<line x1="{left + pw + 12}" x2="{left + pw + 32}" y1="{y}" y2="{y}" stroke="{s["color"]}" stroke-width="2.5"/>'
+            f'<text x="{left + pw + 38}" y="{y + 4}">{e(s["label"])}</text>'
+        )
     return "".join(parts) + "</svg>"
 
 
@@ -240,13 +305,28 @@ def curves(groups: dict[str, list[Run]]) -> list[tuple[str, str]]:
             for r in rs:
                 pts = sorted((u["update"], u[metric]) for u in r.updates if u.get(metric) is not None and "update" in u)
                 if pts:
-                    series.append({"label": f"{method} s{r.seed}", "color": color, "x": [p[0] for p in pts], "y": [p[1] for p in pts], "bold": False})
+                    series.append(
+                        {
+                            "label": f"{method} s{r.seed}",
+                            "color": color,
+                            "x": [p[0] for p in pts],
+                            "y": [p[1] for p in pts],
+                            "bold": False,
+                        }
+                    )
                 for x, y in pts:
                     per_update.setdefault(x, []).append(y)
             if per_update:
                 xs = sorted(per_update)
-                series.append({"label": f"{method} (mean of {len(rs)})", "color": color, "x": xs,
-                               "y": [statistics.fmean(per_update[x]) for x in xs], "bold": True})
+                series.append(
+                    {
+                        "label": f"{method} (mean of {len(rs)})",
+                        "color": color,
+                        "x": xs,
+                        "y": [statistics.fmean(per_update[x]) for x in xs],
+                        "bold": True,
+                    }
+                )
         if series:
             out.append((metric, svg_chart(metric, series)))
     return out
@@ -264,29 +344,51 @@ def _cell(values: list[float], key: str, percent: bool) -> str:
     if h is not None:
         text += f" ± {k * h:.1f}" if percent else f" ± {h:.3g}"
     seeds = ", ".join(f"{k * v:.4g}" for v in values)
-    return (f'<td data-key="{html.escape(key)}" data-mean="{m!r}" data-half="{"" if h is None else repr(h)}" '
-            f'title="n={len(values)}: {seeds}">{text}</td>')
+    return (
+        f'<td data-key="{html.escape(key)}" data-mean="{m!r}" data-half="{"" if h is None else repr(h)}" '
+        f'title="n={len(values)}: {seeds}">{text}</td>'
+    )
 
 
 def _eval_tables(groups: dict[str, list[Run]], model: str) -> str:
     for rs in groups.values():
         for r in rs:
             if model not in r.eval:
-                raise ReportError(f"{r.path}/metrics/eval.json has no model {model!r} (it has {sorted(r.eval)}); choose one with --model")
+                raise ReportError(
+                    f"{r.path}/metrics/eval.json has no model {model!r} (it has {sorted(r.eval)}); choose one with --model"
+                )
     first = next(iter(groups.values()))[0].eval[model]
     parts = []
     for split, modes in first.items():
         for mode in modes:
-            present = [t for t in TASK_TYPES if any(f"success/{t}" in r.eval[model].get(split, {}).get(mode, {}) for rs in groups.values() for r in rs)]
-            cols = [(f"success/{t}", TASK_SHORT[t]) for t in present] + [("success/macro", "macro avg"), ("success/micro", "micro avg"), ("invalid_rate", "invalid rate")]
+            present = [
+                t
+                for t in TASK_TYPES
+                if any(
+                    f"success/{t}" in r.eval[model].get(split, {}).get(mode, {}) for rs in groups.values() for r in rs
+                )
+            ]
+            cols = [(f"success/{t}", TASK_SHORT[t]) for t in present] + [
+                ("success/macro", "macro avg"),
+                ("success/micro", "micro avg"),
+                ("invalid_rate", "invalid rate"),
+            ]
             head = "".join(f"<th>{html.escape(c)}</th>" for _, c in cols)
             rows = []
             for method, rs in groups.items():
-                cells = "".join(_cell([r.eval[model][split][mode][k] for r in rs if k in r.eval[model].get(split, {}).get(mode, {})],
-                                      f"{split}/{mode}/{method}/{k}", True) for k, _ in cols)
+                cells = "".join(
+                    _cell(
+                        [r.eval[model][split][mode][k] for r in rs if k in r.eval[model].get(split, {}).get(mode, {})],
+                        f"{split}/{mode}/{method}/{k}",
+                        True,
+                    )
+                    for k, _ in cols
+                )
                 rows.append(f"<tr><th>{html.escape(method)}</th><td>{len(rs)}</td>{cells}</tr>")
-            parts.append(f'<h3>{html.escape(split)}, {html.escape(mode)}</h3><table class="eval" data-split="{html.escape(split)}" '
-                         f'data-mode="{html.escape(mode)}"><tr><th>method</th><th>seeds</th>{head}</tr>{"".join(rows)}</table>')
+            parts.append(
+                f'<h3>{html.escape(split)}, {html.escape(mode)}</h3><table class="eval" data-split="{html.escape(split)}" '
+                f'data-mode="{html.escape(mode)}"><tr><th>method</th><th>seeds</th>{head}</tr>{"".join(rows)}</table>'
+            )
     return "".join(parts)
 
 
@@ -297,9 +399,22 @@ def _opd_table(groups: dict[str, list[Run]]) -> str:
         have = [r for r in rs if r.rl]
         if not have:
             continue
-        cells = "".join(_cell([r.rl["mean_over_updates"][k] for r in have if k in (r.rl.get("mean_over_updates") or {})], f"opd/{method}/{k}", False) for k in keys)
-        vals = [r.rl["validation"][-1]["val/success_rate"] for r in have if (r.rl.get("validation") or [{}])[-1].get("val/success_rate") is not None]
-        rows.append(f"<tr><th>{html.escape(method)}</th><td>{len(have)}</td>{cells}{_cell(vals, f'opd/{method}/val/success_rate', True)}</tr>")
+        cells = "".join(
+            _cell(
+                [r.rl["mean_over_updates"][k] for r in have if k in (r.rl.get("mean_over_updates") or {})],
+                f"opd/{method}/{k}",
+                False,
+            )
+            for k in keys
+        )
+        vals = [
+            r.rl["validation"][-1]["val/success_rate"]
+            for r in have
+            if (r.rl.get("validation") or [{}])[-1].get("val/success_rate") is not None
+        ]
+        rows.append(
+            f"<tr><th>{html.escape(method)}</th><td>{len(have)}</td>{cells}{_cell(vals, f'opd/{method}/val/success_rate', True)}</tr>"
+        )
     if not rows:
         return "<p>No run has metrics/rl.json.</p>"
     head = "".join(f"<th>{html.escape(k)}</th>" for k in keys)
@@ -313,8 +428,11 @@ def _samples(groups: dict[str, list[Run]], n: int) -> str:
         entries.sort(key=lambda x: -corpus.delta(x[1]))
         if not entries:
             continue
-        items = "".join(f'<li class="skill"><b>Δ {corpus.delta(s):+.4f}</b> seed {html.escape(seed)}, {html.escape(str(s.get("task_type")))}, '
-                        f'{html.escape(str(s.get("outcome")))}: {html.escape(s.get("skill", ""))}</li>' for seed, s in entries[:n])
+        items = "".join(
+            f'<li class="skill"><b>Δ {corpus.delta(s):+.4f}</b> seed {html.escape(seed)}, {html.escape(str(s.get("task_type")))}, '
+            f"{html.escape(str(s.get('outcome')))}: {html.escape(s.get('skill', ''))}</li>"
+            for seed, s in entries[:n]
+        )
         parts.append(f"<h3>{html.escape(method)}</h3><ul>{items}</ul>")
     return "".join(parts) or "<p>No run has a skill corpus.</p>"
 
@@ -323,20 +441,36 @@ def render(runs: list[Run], failed: list[dict] | None = None, model: str = "rl",
     groups = group(runs)
     e = html.escape
     reps = {m: _no_seeds(rs[0].params) for m, rs in groups.items()}
-    differ = sorted(k for k in set().union(*reps.values()) if len({json.dumps(r.get(k), sort_keys=True) for r in reps.values()}) > 1)
-    diff_rows = "".join(f"<tr><th>{e(k)}</th>" + "".join(f"<td>{e(json.dumps(reps[m].get(k)))}</td>" for m in groups) + "</tr>" for k in differ)
-    run_rows = "".join(f"<tr><td>{e(r.name)}</td><td>{e(r.method)}</td><td>{e(r.seed)}</td><td>{len(r.updates)}</td><td><code>{e(str(r.path))}</code></td></tr>"
-                       for rs in groups.values() for r in rs)
-    fail = "".join(f"<li>{e(str(f.get('name')))}: {e(str(f.get('status')))} — {e(str(f.get('error', '')))}</li>" for f in failed or [])
-    charts = "".join(f'<figure>{_img(svg, metric)}</figure>' for metric, svg in curves(groups)) or "<p>No run has metrics/rl_updates.json.</p>"
-    style = ("body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin:.5em 0 1.2em}"
-             "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th:first-child{text-align:left}figure{display:inline-block;margin:.5em}"
-             ".skill{margin:.3em 0}.failed{color:#a00}")
+    differ = sorted(
+        k for k in set().union(*reps.values()) if len({json.dumps(r.get(k), sort_keys=True) for r in reps.values()}) > 1
+    )
+    diff_rows = "".join(
+        f"<tr><th>{e(k)}</th>" + "".join(f"<td>{e(json.dumps(reps[m].get(k)))}</td>" for m in groups) + "</tr>"
+        for k in differ
+    )
+    run_rows = "".join(
+        f"<tr><td>{e(r.name)}</td><td>{e(r.method)}</td><td>{e(r.seed)}</td><td>{len(r.updates)}</td><td><code>{e(str(r.path))}</code></td></tr>"
+        for rs in groups.values()
+        for r in rs
+    )
+    fail = "".join(
+        f"<li>{e(str(f.get('name')))}: {e(str(f.get('status')))} — {e(str(f.get('error', '')))}</li>"
+        for f in failed or []
+    )
+    charts = (
+        "".join(f"<figure>{_img(svg, metric)}</figure>" for metric, svg in curves(groups))
+        or "<p>No run has metrics/rl_updates.json.</p>"
+    )
+    style = (
+        "body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin:.5em 0 1.2em}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th:first-child{text-align:left}figure{display:inline-block;margin:.5em}"
+        ".skill{margin:.3em 0}.failed{color:#a00}"
+    )
     return f"""<!doctype html><html><head><meta charset="utf-8"><title>SEED comparison report</title><style>{style}</style></head><body>
 <h1>SEED comparison report</h1>
 <p>{len(runs)} runs, {len(groups)} methods; generated {dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}; model <code>{e(model)}</code> of each run's eval.json.
 Cells: mean over seeds ± half-width of the 95% Student-t interval (t(0.975, n−1)·s/√n; none for one seed); hover a cell for the per-seed values.</p>
-{f'<h2 class="failed">Failed runs</h2><ul class="failed">{fail}</ul>' if fail else ''}
+{f'<h2 class="failed">Failed runs</h2><ul class="failed">{fail}</ul>' if fail else ""}
 <h2>Success (%), no skills in the prompt</h2>
 <p>macro avg = mean over task types (the paper's Avg); micro avg = mean over games.</p>
 {_eval_tables(groups, model)}
@@ -344,7 +478,7 @@ Cells: mean over seeds ± half-width of the 95% Student-t interval (t(0.975, n�
 <h2>OPD statistics (mean over updates)</h2>{_opd_table(groups)}
 <h2>Sample skills (largest mean Δ log-prob)</h2>{_samples(groups, samples)}
 <h2>Runs</h2>
-{f'<table class="differ"><tr><th>parameter</th>{"".join(f"<th>{e(m)}</th>" for m in groups)}</tr>{diff_rows}</table>' if diff_rows else ''}
+{f'<table class="differ"><tr><th>parameter</th>{"".join(f"<th>{e(m)}</th>" for m in groups)}</tr>{diff_rows}</table>' if diff_rows else ""}
 <table class="runs"><tr><th>run</th><th>method</th><th>seed</th><th>updates</th><th>folder</th></tr>{run_rows}</table>
 </body></html>
 """

@@ -22,6 +22,7 @@ it drives the `dvc` command line.
 Recipe keys: `seeds` (a count n meaning 0..n-1, or a list), `seed_keys` (every key set to the seed),
 `set` (overrides shared by all runs), `methods` (name -> overrides).
 """
+
 from __future__ import annotations
 
 import json
@@ -52,9 +53,11 @@ def parse_set_params(items: list[str]) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         key = key.strip().lstrip("+")
         if key.startswith("params.yaml:"):
-            key = key[len("params.yaml:"):]
+            key = key[len("params.yaml:") :]
         if not sep or not key or ":" in key:
-            raise ConfigError(f"override {item!r} must be KEY=VALUE with a dotted key into params.yaml, e.g. rl.method=grpo")
+            raise ConfigError(
+                f"override {item!r} must be KEY=VALUE with a dotted key into params.yaml, e.g. rl.method=grpo"
+            )
         out[key] = yaml.safe_load(value) if value.strip() else ""
     return out
 
@@ -117,7 +120,9 @@ def load_recipe(path: str | Path, seeds: int | None = None, methods: list[str] |
     r = yaml.safe_load(path.read_text()) or {}
     unknown = set(r) - {"seeds", "seed_keys", "set", "methods"}
     if unknown:
-        raise ConfigError(f"sweep recipe {path}: unknown keys {sorted(unknown)}; allowed: methods, seeds, seed_keys, set")
+        raise ConfigError(
+            f"sweep recipe {path}: unknown keys {sorted(unknown)}; allowed: methods, seeds, seed_keys, set"
+        )
     all_methods = r.get("methods") or {}
     if not isinstance(all_methods, dict) or not all_methods:
         raise ConfigError(f"sweep recipe {path}: `methods` must map method names to overrides")
@@ -133,8 +138,11 @@ def load_recipe(path: str | Path, seeds: int | None = None, methods: list[str] |
         seed_list = seed_list[:seeds] if seeds <= len(seed_list) else list(range(seeds))
     seed_keys = r.get("seed_keys", ["rl.seed", "evaluate.seed"])
     common = r.get("set") or {}
-    return [Combo(m, s, {**common, **(all_methods[m] or {}), **{k: s for k in seed_keys}})
-            for m in chosen for s in seed_list]
+    return [
+        Combo(m, s, {**common, **(all_methods[m] or {}), **{k: s for k in seed_keys}})
+        for m in chosen
+        for s in seed_list
+    ]
 
 
 def check_combos(repo: Path, combos: list[Combo]) -> None:
@@ -149,7 +157,9 @@ def check_combos(repo: Path, combos: list[Combo]) -> None:
 # ---------------------------------------------------------------- running DVC
 
 
-def _dvc(repo: Path, *args: str, env: dict[str, str] | None = None, capture: bool = True) -> subprocess.CompletedProcess:
+def _dvc(
+    repo: Path, *args: str, env: dict[str, str] | None = None, capture: bool = True
+) -> subprocess.CompletedProcess:
     venv_dvc = Path(sys.executable).with_name("dvc")
     exe = str(venv_dvc) if venv_dvc.exists() else shutil.which("dvc") or "dvc"
     return subprocess.run([exe, *args], cwd=repo, env=env, text=True, capture_output=capture)
@@ -175,8 +185,10 @@ def check_repo(repo: Path) -> None:
         raise ConfigError(f"{repo} has no git commit; `dvc exp` needs one: git add -A && git commit")
     ignored = subprocess.run(["git", "check-ignore", "-q", f"{METRICS_DIR}/probe.json"], cwd=repo)
     if ignored.returncode == 0:
-        raise ConfigError(f"`{METRICS_DIR}/` is git-ignored, so experiments would not keep their metrics; "
-                          f"remove it from .gitignore (DVC commits `cache: false` metrics to git)")
+        raise ConfigError(
+            f"`{METRICS_DIR}/` is git-ignored, so experiments would not keep their metrics; "
+            f"remove it from .gitignore (DVC commits `cache: false` metrics to git)"
+        )
 
 
 def experiments(repo: Path) -> dict[str, dict]:
@@ -244,8 +256,12 @@ def collect(repo: Path, combos: list[Combo], results: Path) -> list[dict]:
         elif e["state"] in ("queued", "running"):
             entry.update(status=e["state"], rev=e["rev"])
         elif e["state"] != "success" or e["error"]:
-            entry.update(status="failed", rev=e["rev"], log=e["log"],
-                         error="; ".join(_error_lines(e["log"])) or e["error"] or e["state"])
+            entry.update(
+                status="failed",
+                rev=e["rev"],
+                log=e["log"],
+                error="; ".join(_error_lines(e["log"])) or e["error"] or e["state"],
+            )
         else:
             entry.update(status="success", rev=e["rev"], files=_export(repo, e["rev"], results / c.name))
         summary.append(entry)
@@ -262,8 +278,13 @@ def _git_show(repo: Path, rev: str, path: str) -> bytes | None:
 def _export(repo: Path, rev: str, dest: Path) -> list[str]:
     """params.yaml and everything under metrics/ from the experiment's commit into `dest` (replaced), and the
     last epoch's skill corpus of its RL run as `skills.jsonl` when the DVC cache holds it."""
-    listed = subprocess.run(["git", "ls-tree", "-r", "--name-only", rev, "--", METRICS_DIR], cwd=repo,
-                            capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run(
+        ["git", "ls-tree", "-r", "--name-only", rev, "--", METRICS_DIR],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     shutil.rmtree(dest, ignore_errors=True)
     files = ["params.yaml", *listed]
     for f in files:
@@ -295,9 +316,13 @@ def _last_skills(repo: Path, rev: str, params: dict) -> Path | None:
     and a folder may hold later epochs of a longer run with the same parameters."""
     rl = params_from_dict(params).rl
     prefix = f"{rl.method}-{rl.advantage}-s{rl.seed}-"
-    found = {e["relpath"]: e["md5"] for e in _runs_manifest(repo, rev)
-             if e["relpath"].startswith(prefix) and e["relpath"].endswith("/skills.jsonl")
-             and (epoch_of(e["relpath"].split("/")[-2]) or 0) <= rl.epochs}
+    found = {
+        e["relpath"]: e["md5"]
+        for e in _runs_manifest(repo, rev)
+        if e["relpath"].startswith(prefix)
+        and e["relpath"].endswith("/skills.jsonl")
+        and (epoch_of(e["relpath"].split("/")[-2]) or 0) <= rl.epochs
+    }
     baseline = {e["relpath"].split("/")[0] for e in _runs_manifest(repo, f"{rev}~1")}
     own = {k: v for k, v in found.items() if k.split("/")[0] not in baseline} or found
     if not own:
@@ -315,9 +340,18 @@ def report(summary: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run_sweep(repo: Path, recipe: str | Path, seeds: int | None = None, methods: list[str] | None = None,
-              run: bool = False, collect_only: bool = False, jobs: int = 1, results: str | Path = "results",
-              group: str | None = None, log: Callable[[str], None] = print) -> list[dict]:
+def run_sweep(
+    repo: Path,
+    recipe: str | Path,
+    seeds: int | None = None,
+    methods: list[str] | None = None,
+    run: bool = False,
+    collect_only: bool = False,
+    jobs: int = 1,
+    results: str | Path = "results",
+    group: str | None = None,
+    log: Callable[[str], None] = print,
+) -> list[dict]:
     """The whole sweep (see the module docstring). Without `run` it only queues, unless `collect_only`."""
     repo = Path(repo).resolve()
     combos = load_recipe(repo / recipe if not Path(recipe).is_absolute() else recipe, seeds, methods)

@@ -1,4 +1,5 @@
 """seed_core.advantages against hand-computed numbers and a naive per-group python loop."""
+
 import math
 import statistics
 

@@ -17,10 +17,16 @@ def test_default_params_file_loads():
     "raw, message",
     [
         ({"envv": {}}, "unknown key `envv`"),
-        ({"env": {"max_step": 3}}, "unknown key `env.max_step`; allowed keys here: ['history_length', 'invalid_penalty', 'max_steps', 'win_reward', 'workers']"),
+        (
+            {"env": {"max_step": 3}},
+            "unknown key `env.max_step`; allowed keys here: ['history_length', 'invalid_penalty', 'max_steps', 'win_reward', 'workers']",
+        ),
         ({"env": {"max_steps": "ten"}}, "`env.max_steps` must be an integer, got 'ten'"),
         ({"env": {"max_steps": 0}}, "`env.max_steps` must be >= 1"),
-        ({"model": {"dtype": "fp8"}}, "`model.dtype` must be one of ['auto', 'float32', 'bfloat16', 'float16'], got 'fp8'"),
+        (
+            {"model": {"dtype": "fp8"}},
+            "`model.dtype` must be one of ['auto', 'float32', 'bfloat16', 'float16'], got 'fp8'",
+        ),
         ({"prepare": {"valid_seen_games": 500}}, "`prepare.valid_seen_games` must be -1 (whole split) or 1..140"),
         ({"evaluate": {"modes": ["greedy", "beam"]}}, "`evaluate.modes[1]` must be one of ['greedy', 'sampled']"),
         ({"rollout": {"top_p": 1.5}}, "`rollout.top_p` must be in (0, 1]"),

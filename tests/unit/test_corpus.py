@@ -1,4 +1,5 @@
 """Skill browser on hand-made corpora whose rule counts and mean Δ are worked out by hand below."""
+
 import json
 
 import pytest
@@ -10,22 +11,57 @@ SEED_RUN, GRPO_RUN = "seed-grpo-s0-aaa", "grpo-grpo-s0-bbb"
 
 
 def entry(n, task_type, outcome, status, skill, d, update, tokens=40):
-    return {"traj_id": f"t{n}", "game_id": f"g{n}", "task_type": task_type, "outcome": outcome, "summary": "", "skill": skill,
-            "parse_status": status, "raw_output": "{}", "producer": "policy", "prompt_hash": "h", "update": update,
-            "trajectory": {"won": outcome == "success", "episode_return": 10.0 if outcome == "success" else 0.0, "length": 5,
-                           "invalid_count": 0, "task": "heat some mug and put it in fridge.", "actions": ["go to cabinet 1"]},
-            "rescore": {"tokens": tokens, "delta_mean": d, "gate_mean": 0.5}}
+    return {
+        "traj_id": f"t{n}",
+        "game_id": f"g{n}",
+        "task_type": task_type,
+        "outcome": outcome,
+        "summary": "",
+        "skill": skill,
+        "parse_status": status,
+        "raw_output": "{}",
+        "producer": "policy",
+        "prompt_hash": "h",
+        "update": update,
+        "trajectory": {
+            "won": outcome == "success",
+            "episode_return": 10.0 if outcome == "success" else 0.0,
+            "length": 5,
+            "invalid_count": 0,
+            "task": "heat some mug and put it in fridge.",
+            "actions": ["go to cabinet 1"],
+        },
+        "rescore": {"tokens": tokens, "delta_mean": d, "gate_mean": 0.5},
+    }
 
 
 CORPORA = {
     (SEED_RUN, 1): [
-        entry(1, "pick_heat_then_place_in_recep", "success", "ok", "Go to cabinet 3 first. Take the mug 1. Heat it with microwave 1.", 0.20, 0),
+        entry(
+            1,
+            "pick_heat_then_place_in_recep",
+            "success",
+            "ok",
+            "Go to cabinet 3 first. Take the mug 1. Heat it with microwave 1.",
+            0.20,
+            0,
+        ),
         entry(2, "pick_heat_then_place_in_recep", "failure", "ok", "Go to cabinet 5 first. Do not loop.", 0.05, 0),
         entry(3, "look_at_obj_in_light", "failure", "failed", "", 0.0, 0, tokens=0),  # no skill: not re-scored
     ],
     (SEED_RUN, 2): [
-        entry(4, "pick_heat_then_place_in_recep", "success", "ok", "Go to cabinet 1 first. Heat it with microwave 1. Put it in the fridge 2.", 0.40, 1),
-        entry(5, "pick_and_place_simple", "success", "ok_after_reask", "Take the mug 2.  Put it in the fridge 1!", 0.10, 1),
+        entry(
+            4,
+            "pick_heat_then_place_in_recep",
+            "success",
+            "ok",
+            "Go to cabinet 1 first. Heat it with microwave 1. Put it in the fridge 2.",
+            0.40,
+            1,
+        ),
+        entry(
+            5, "pick_and_place_simple", "success", "ok_after_reask", "Take the mug 2.  Put it in the fridge 1!", 0.10, 1
+        ),
         entry(6, "pick_and_place_simple", "failure", "ok", "go to Cabinet 7 first.", -0.10, 1),
         entry(7, "pick_heat_then_place_in_recep", "failure", "ok", "Go to cabinet 2 first", 0.0, 1),
     ],
@@ -52,8 +88,13 @@ def test_normalize_and_rules():
 def test_find_load_and_filters(runs):
     files = find_corpora()  # the default glob, from the working directory
     assert [(f.parent.parent.name, f.parent.name) for f in files] == [
-        (GRPO_RUN, "epoch_001"), (SEED_RUN, "epoch_001"), (SEED_RUN, "epoch_002")]
-    assert find_corpora([str(runs / SEED_RUN)]) == [runs.parent.parent / f for f in files[1:]]  # a run folder: its epochs
+        (GRPO_RUN, "epoch_001"),
+        (SEED_RUN, "epoch_001"),
+        (SEED_RUN, "epoch_002"),
+    ]
+    assert find_corpora([str(runs / SEED_RUN)]) == [
+        runs.parent.parent / f for f in files[1:]
+    ]  # a run folder: its epochs
     assert find_corpora([str(runs / SEED_RUN / "epoch_002"), "runs/rl/*/epoch_002"]) == files[2:]  # counted once
     skills = load(files)
     assert len(skills) == 8 and skills[0]["run"] == GRPO_RUN and skills[0]["epoch"] == 1
@@ -74,13 +115,42 @@ def test_diff_counts_by_hand(runs):
     d = diff(a, b, top=2)
     # "go to cabinet N first": A in t1 (0.20), t2 (0.05); B in t4 (0.40), t6 (-0.10), t7 (0.00)
     assert d["recurring"] == [
-        {"rule": "go to cabinet N first", "count_a": 2, "count_b": 3, "delta_mean_a": pytest.approx(0.125), "delta_mean_b": pytest.approx(0.1)},
-        {"rule": "heat it with microwave N", "count_a": 1, "count_b": 1, "delta_mean_a": pytest.approx(0.2), "delta_mean_b": pytest.approx(0.4)},
-        {"rule": "take the mug N", "count_a": 1, "count_b": 1, "delta_mean_a": pytest.approx(0.2), "delta_mean_b": pytest.approx(0.1)},
+        {
+            "rule": "go to cabinet N first",
+            "count_a": 2,
+            "count_b": 3,
+            "delta_mean_a": pytest.approx(0.125),
+            "delta_mean_b": pytest.approx(0.1),
+        },
+        {
+            "rule": "heat it with microwave N",
+            "count_a": 1,
+            "count_b": 1,
+            "delta_mean_a": pytest.approx(0.2),
+            "delta_mean_b": pytest.approx(0.4),
+        },
+        {
+            "rule": "take the mug N",
+            "count_a": 1,
+            "count_b": 1,
+            "delta_mean_a": pytest.approx(0.2),
+            "delta_mean_b": pytest.approx(0.1),
+        },
     ]
-    assert d["appeared"] == [{"rule": "put it in the fridge N", "count_a": 0, "count_b": 2, "delta_mean_a": None, "delta_mean_b": pytest.approx(0.25)}]
+    assert d["appeared"] == [
+        {
+            "rule": "put it in the fridge N",
+            "count_a": 0,
+            "count_b": 2,
+            "delta_mean_a": None,
+            "delta_mean_b": pytest.approx(0.25),
+        }
+    ]
     assert [r["rule"] for r in d["disappeared"]] == ["do not loop"]
-    assert [(m["traj_id"], m["delta_mean"], m["same_text"]) for m in d["top_delta_b"]] == [("t4", 0.40, 1), ("t5", 0.10, 1)]
+    assert [(m["traj_id"], m["delta_mean"], m["same_text"]) for m in d["top_delta_b"]] == [
+        ("t4", 0.40, 1),
+        ("t5", 0.10, 1),
+    ]
     assert [m["traj_id"] for m in d["top_delta_a"]] == ["t1", "t2"]
     assert d["a"]["parse_status"] == {"ok": 2, "failed": 1} and d["b"]["outcome"] == {"success": 2, "failure": 2}
     assert d["b"]["delta_mean"] == pytest.approx(0.1)
@@ -93,9 +163,13 @@ def test_diff_counts_by_hand(runs):
 def test_cli_list_and_diff(runs, capsys):
     cli.main(["skills", str(runs / SEED_RUN), "--epoch", "2", "--sort", "delta", "--limit", "2"])
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith(f"{SEED_RUN} epoch 2 update 1  pick_heat_then_place_in_recep  success  parse=ok  Δmean=+0.4000  t4")
+    assert out[0].startswith(
+        f"{SEED_RUN} epoch 2 update 1  pick_heat_then_place_in_recep  success  parse=ok  Δmean=+0.4000  t4"
+    )
     assert out[1] == "    Go to cabinet 1 first. Heat it with microwave 1. Put it in the fridge 2."
-    assert out[2].startswith(f"{SEED_RUN} epoch 2 update 1  pick_and_place_simple  success  parse=ok_after_reask  Δmean=+0.1000  t5")
+    assert out[2].startswith(
+        f"{SEED_RUN} epoch 2 update 1  pick_and_place_simple  success  parse=ok_after_reask  Δmean=+0.1000  t5"
+    )
     assert out[3] == "    Take the mug 2. Put it in the fridge 1!"  # whitespace collapsed
     assert out[4].startswith("2 skills;")
 
@@ -109,7 +183,9 @@ def test_cli_list_and_diff(runs, capsys):
     text = capsys.readouterr().out
     assert f"A: 1 skills from {GRPO_RUN} epochs [1]" in text
     assert "rules in both: 1\n" in text and "rules only in B (appeared): 4, top 1" in text
-    assert "  +0.4000 ×1  pick_heat_then_place_in_recep success (seed-grpo-s0-aaa epoch 2): Go to cabinet 1 first." in text
+    assert (
+        "  +0.4000 ×1  pick_heat_then_place_in_recep success (seed-grpo-s0-aaa epoch 2): Go to cabinet 1 first." in text
+    )
 
 
 @pytest.mark.fault("data")  # a corrupt corpus line (besides usage errors)

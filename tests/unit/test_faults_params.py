@@ -1,6 +1,7 @@
 """Fault injection, params: a bad params.yaml given to a real stage command (`python flows/<stage>.py`) in a
 project folder that already holds outputs of an earlier run. The stage must exit 2 before any work (no
 Prefect server, no flow run, no file created or changed) with a message naming the key and what is allowed."""
+
 from __future__ import annotations
 
 import os
@@ -17,17 +18,33 @@ REPO = Path(__file__).resolve().parents[2]
 
 CASES = {
     # name: (stage, params.yaml content, what the message must say)
-    "unknown-key": ("rl", {"rl": {"learning_rte": 1e-4}},
-                    ["unknown key `rl.learning_rte`", "allowed keys here:", "'learning_rate'"]),
+    "unknown-key": (
+        "rl",
+        {"rl": {"learning_rte": 1e-4}},
+        ["unknown key `rl.learning_rte`", "allowed keys here:", "'learning_rate'"],
+    ),
     "wrong-type": ("rl", {"env": {"max_steps": "thirty"}}, ["`env.max_steps` must be an integer, got 'thirty'"]),
     "out-of-range": ("rl", {"rl": {"clip_eps": 1.5}}, ["`rl.clip_eps` must be in (0, 1), got 1.5"]),
-    "unknown-method": ("rl", {"rl": {"method": "ppo"}},
-                       ["`rl.method` must be one of ['grpo', 'seed', 'grpo_opsd', 'sdar'], got 'ppo'"]),
-    "unknown-advantage": ("rl", {"rl": {"advantage": "gae"}}, ["`rl.advantage` must be one of ['grpo', 'gigpo'], got 'gae'"]),
-    "missing-model-path": ("prepare", {"model": {"name_or_path": "{tmp}/no-such-model"}},
-                           ["`model.name_or_path` is '{tmp}/no-such-model', which does not exist",
-                            "a local folder holding an HF checkpoint with safetensors weights", "an HF model id",
-                            "'smollm2-135m-instruct'"]),
+    "unknown-method": (
+        "rl",
+        {"rl": {"method": "ppo"}},
+        ["`rl.method` must be one of ['grpo', 'seed', 'grpo_opsd', 'sdar'], got 'ppo'"],
+    ),
+    "unknown-advantage": (
+        "rl",
+        {"rl": {"advantage": "gae"}},
+        ["`rl.advantage` must be one of ['grpo', 'gigpo'], got 'gae'"],
+    ),
+    "missing-model-path": (
+        "prepare",
+        {"model": {"name_or_path": "{tmp}/no-such-model"}},
+        [
+            "`model.name_or_path` is '{tmp}/no-such-model', which does not exist",
+            "a local folder holding an HF checkpoint with safetensors weights",
+            "an HF model id",
+            "'smollm2-135m-instruct'",
+        ],
+    ),
 }
 
 
@@ -62,8 +79,14 @@ def test_stage_command_refuses_bad_params_before_any_work(case, tmp_path):
     env.pop("PREFECT_API_URL", None)  # no server: a flow run would start a temporary one in PREFECT_HOME
 
     with intact(project):
-        proc = subprocess.run([sys.executable, str(REPO / "flows" / f"{stage}.py")], cwd=project, env=env,
-                              capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "flows" / f"{stage}.py")],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
 
     assert proc.returncode == 2, proc.stdout + proc.stderr
     for m in messages:

@@ -1,5 +1,6 @@
 """Lineage: a real three-stage DVC project in a temp folder (git init, dvc init, `dvc repro`), whose stages write
 their outputs and call the same metadata writer as the flows; `seed lineage` must walk the whole chain."""
+
 import hashlib
 import json
 import os
@@ -24,8 +25,10 @@ from seed_core.tools.lineage import (
 )
 
 REPO = Path(__file__).resolve().parents[2]
-GAMES = [{"game_id": "train/pick-1/trial_a", "split": "train", "task_type": "pick", "sha256": "a" * 64},
-         {"game_id": "train/heat-2/trial_b", "split": "train", "task_type": "heat", "sha256": "b" * 64}]
+GAMES = [
+    {"game_id": "train/pick-1/trial_a", "split": "train", "task_type": "pick", "sha256": "a" * 64},
+    {"game_id": "train/heat-2/trial_b", "split": "train", "task_type": "heat", "sha256": "b" * 64},
+]
 
 STAGE_PY = f"""
 import json, sys, yaml
@@ -85,12 +88,28 @@ def sh(cmd, cwd, env):
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
     root = tmp_path_factory.mktemp("dvcproj")
-    env = dict(os.environ, PYTHONPATH=str(REPO), DVC_NO_ANALYTICS="1", DVC_SITE_CACHE_DIR=str(root / ".site-cache"),
-               GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        DVC_NO_ANALYTICS="1",
+        DVC_SITE_CACHE_DIR=str(root / ".site-cache"),
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@t",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@t",
+    )
     (root / "stage.py").write_text(STAGE_PY)
     (root / "dvc.yaml").write_text(DVC_YAML.format(py=sys.executable))
-    (root / "params.yaml").write_text(yaml.safe_dump({"model": {"size": 3, "name": "tiny"}, "prepare": {"seed": 0},
-                                                      "train": {"lr": 0.1, "seed": 1}, "evaluate": {"games": 2}}))
+    (root / "params.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "model": {"size": 3, "name": "tiny"},
+                "prepare": {"seed": 0},
+                "train": {"lr": 0.1, "seed": 1},
+                "evaluate": {"games": 2},
+            }
+        )
+    )
     (root / ".gitignore").write_text(".site-cache/\n")
     dvc = [sys.executable, "-m", "dvc"]
     sh(["git", "init", "-q"], root, env)
@@ -119,7 +138,11 @@ def test_chain_from_a_file_inside_a_folder_output(project):
     assert deps["models/base"]["hash"] == prepare_outs["models/base"] and deps["models/base"]["producer"] == "prepare"
     assert deps["data/manifests/train.json"]["producer"] == "prepare"  # a file inside prepare's folder output
     assert deps["stage.py"]["producer"] is None
-    assert node["meta"]["git"] == {"commit": head, "dirty": False, "changed": []}  # dvc.lock/.gitignore edits don't count
+    assert node["meta"]["git"] == {
+        "commit": head,
+        "dirty": False,
+        "changed": [],
+    }  # dvc.lock/.gitignore edits don't count
     assert node["meta"]["params"] == {"train": {"lr": 0.1, "seed": 1}, "model.size": 3}
     assert node["notes"] == []
     # upstream: prepare, once (both deps lead there), down to the external inputs and the game hashes
@@ -128,7 +151,9 @@ def test_chain_from_a_file_inside_a_folder_output(project):
     assert prep["params"] == {"model.size": 3, "model.name": "tiny", "prepare.seed": 0}
     assert prep["meta"]["inputs"] == {"alfworld_data": "/data/alfworld"}
     digest = hashlib.sha256("".join(f"{g['game_id']}:{g['sha256']}\n" for g in GAMES).encode()).hexdigest()
-    assert prep["manifests"] == [{"output": "data/manifests", "manifest": "train.json", "games": 2, "splits": ["train"], "games_sha256": digest}]
+    assert prep["manifests"] == [
+        {"output": "data/manifests", "manifest": "train.json", "games": 2, "splits": ["train"], "games_sha256": digest}
+    ]
 
     text = render_text(tree)
     assert "models/rl  <-  stage train" in text
@@ -145,7 +170,11 @@ def test_metrics_file_walks_three_stages_and_cli_formats(project, tmp_path, caps
     out = capsys.readouterr().out
     # depth first in dvc.lock's (sorted) dependency order: prepare via data/manifests, then train, whose own
     # upstream prepare is not repeated
-    assert out.index("<-  stage evaluate") < out.index("└── data/manifests  <-  stage prepare\n") < out.index("└── models/rl  <-  stage train")
+    assert (
+        out.index("<-  stage evaluate")
+        < out.index("└── data/manifests  <-  stage prepare\n")
+        < out.index("└── models/rl  <-  stage train")
+    )
     assert out.count("cmd: ") == 3 and out.rstrip().endswith("└── data/manifests  <-  stage prepare  (shown above)")
     assert "Prefect flow run run-123" in out and "evaluate.games: 2" in out
 
@@ -175,7 +204,9 @@ def test_path_no_stage_produced_is_refused_with_the_outputs(project, capsys, mon
             trace(root / "report.html")
     finally:
         dvc_yaml.write_text(saved)
-    assert str(e.value).startswith("stage report declares report.html in dvc.yaml but has not run yet (`dvc repro report`)")
+    assert str(e.value).startswith(
+        "stage report declares report.html in dvc.yaml but has not run yet (`dvc repro report`)"
+    )
     assert str(e.value).endswith("  report (not run yet): report.html")
     monkeypatch.chdir(root)
     with pytest.raises(SystemExit) as ex:
@@ -201,10 +232,14 @@ def test_notes_missing_metadata_and_a_run_folder_made_under_other_params(project
         prep = node["upstream"][0]
         assert prep["meta"] is None
         # dvc.lock was never committed in this project, so there is no commit to fall back to
-        assert prep["notes"] == ["no metadata file data/manifests.lineage.json (outputs restored by dvc pull/checkout/exp apply have none)"]
+        assert prep["notes"] == [
+            "no metadata file data/manifests.lineage.json (outputs restored by dvc pull/checkout/exp apply have none)"
+        ]
         subprocess.run(["git", "add", "dvc.lock"], cwd=root, check=True, env=env)
         subprocess.run(["git", "commit", "-qm", "lock"], cwd=root, check=True, env=env)
-        lock_commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+        lock_commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
         note = trace(run / "w.bin")["node"]["upstream"][0]["notes"][0]
         subprocess.run(["git", "reset", "-q", "--soft", "HEAD~1"], cwd=root, check=True)
         assert note.endswith(f"; dvc.lock was last committed in {lock_commit}")
@@ -264,7 +299,9 @@ def test_record_stage_in_a_prefect_flow_records_the_flow_run(tmp_path):
 
         print("RUN", stage())
     """)
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ))
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ)
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_id = proc.stdout.split("RUN ")[-1].strip()
     meta = json.loads((tmp_path / "out.lineage.json").read_text())

@@ -1,4 +1,5 @@
 """seed_core.losses against hand-computed values, gradient checks, and a naive per-token loop."""
+
 import math
 
 import pytest

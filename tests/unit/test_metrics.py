@@ -1,4 +1,5 @@
 """Evaluation metrics against hand-computed numbers."""
+
 import pytest
 
 from seed_core.records import Trajectory
@@ -7,8 +8,17 @@ from seed_core.stages.evaluate import average_runs, markdown_table, summarize
 
 def traj(task_type, won, length, invalid):
     return Trajectory(
-        traj_id="x", game_id=f"valid_seen/{task_type}-A-None-B-1/t", split="valid_seen", task_type=task_type, task="t",
-        group_id="g", sample_idx=0, won=won, episode_return=0.0, length=length, invalid_count=invalid,
+        traj_id="x",
+        game_id=f"valid_seen/{task_type}-A-None-B-1/t",
+        split="valid_seen",
+        task_type=task_type,
+        task="t",
+        group_id="g",
+        sample_idx=0,
+        won=won,
+        episode_return=0.0,
+        length=length,
+        invalid_count=invalid,
     )
 
 
@@ -30,8 +40,20 @@ def test_summarize_hand_computed():
 
 
 def test_average_runs_and_table():
-    a = {"success/macro": 0.5, "success/micro": 0.25, "invalid_rate": 0.1, "episode_length": 8.0, "success/look_at_obj_in_light": 0.5}
-    b = {"success/macro": 0.7, "success/micro": 0.75, "invalid_rate": 0.3, "episode_length": 6.0, "success/look_at_obj_in_light": 1.0}
+    a = {
+        "success/macro": 0.5,
+        "success/micro": 0.25,
+        "invalid_rate": 0.1,
+        "episode_length": 8.0,
+        "success/look_at_obj_in_light": 0.5,
+    }
+    b = {
+        "success/macro": 0.7,
+        "success/micro": 0.75,
+        "invalid_rate": 0.3,
+        "episode_length": 6.0,
+        "success/look_at_obj_in_light": 1.0,
+    }
     m = average_runs([a, b])
     assert m["success/macro"] == pytest.approx(0.6) and m["success/micro"] == pytest.approx(0.5)
     assert m["success/macro_std"] == pytest.approx(0.1) and m["success/micro_std"] == pytest.approx(0.25)

@@ -1,4 +1,5 @@
 """Skill library: serialization, the tolerant analyzer-output parser, and analyze() with its one re-ask."""
+
 from __future__ import annotations
 
 import json
@@ -33,6 +34,7 @@ def _error(text: str) -> str:
 
 
 # ---------------------------------------------------------------- parser: accepted forms
+
 
 def test_fenced_json_block():
     text = f"Here is my analysis.\n```json\n{GOOD}\n```\nHope this helps."
@@ -95,6 +97,7 @@ def test_huge_answer_is_truncated_and_flagged():
 
 # ---------------------------------------------------------------- parser: rejected forms, with their error
 
+
 @pytest.mark.fault("model_output")
 def test_missing_skill_field():
     assert "no JSON object has an \"episode_skill\" field (found fields ['episode_summary'])" in _error(
@@ -105,9 +108,14 @@ def test_missing_skill_field():
 @pytest.mark.fault("model_output")
 @pytest.mark.parametrize(
     "value, message",
-    [('""', '"episode_skill" is empty'), ('"   "', '"episode_skill" is empty'),
-     ("null", "must be a string, got NoneType"), ('["a"]', "must be a string, got list"),
-     ("3", "must be a string, got int"), (json.dumps(SKILL_PLACEHOLDER), "repeats the placeholder")],
+    [
+        ('""', '"episode_skill" is empty'),
+        ('"   "', '"episode_skill" is empty'),
+        ("null", "must be a string, got NoneType"),
+        ('["a"]', "must be a string, got list"),
+        ("3", "must be a string, got int"),
+        (json.dumps(SKILL_PLACEHOLDER), "repeats the placeholder"),
+    ],
 )
 def test_bad_skill_values(value, message):
     assert message in _error('{"episode_summary": "s", "episode_skill": %s}' % value)
@@ -129,18 +137,35 @@ def test_degenerate_answers_are_fast_and_fail_cleanly():
 
 # ---------------------------------------------------------------- serialization and prompt
 
+
 def _step(i: int, reward: float) -> Step:
     return Step(
-        observation=f"obs {i}", admissible_actions=["look"], prompt=f"prompt {i}",
-        response=f"<think>t{i}</think><action>a{i}</action>", response_ids=[1, 2], response_logprobs=[-0.1, -0.2],
-        action=f"a{i}", valid=True, reward=reward, feedback=f"fb {i}",
+        observation=f"obs {i}",
+        admissible_actions=["look"],
+        prompt=f"prompt {i}",
+        response=f"<think>t{i}</think><action>a{i}</action>",
+        response_ids=[1, 2],
+        response_logprobs=[-0.1, -0.2],
+        action=f"a{i}",
+        valid=True,
+        reward=reward,
+        feedback=f"fb {i}",
     )
 
 
 def _traj(tid: str = "t0", won: bool = True, rewards=(-0.1, 0.0, 10.0)) -> Trajectory:
     return Trajectory(
-        traj_id=tid, game_id="g0", split="train", task_type="pick_and_place_simple", task="put a candle in toilet.",
-        group_id="grp", sample_idx=0, won=won, episode_return=sum(rewards), length=len(rewards), invalid_count=0,
+        traj_id=tid,
+        game_id="g0",
+        split="train",
+        task_type="pick_and_place_simple",
+        task="put a candle in toilet.",
+        group_id="grp",
+        sample_idx=0,
+        won=won,
+        episode_return=sum(rewards),
+        length=len(rewards),
+        invalid_count=0,
         steps=[_step(i, r) for i, r in enumerate(rewards)],
     )
 
@@ -170,6 +195,7 @@ def test_analyzer_prompt_content_and_hash():
 
 # ---------------------------------------------------------------- analyze
 
+
 class ScriptedTeacher:
     """Answers each prompt by the id of the trajectory it shows: a list of answers, one per ask."""
 
@@ -197,22 +223,34 @@ def _task_traj(task: str, won: bool = True) -> Trajectory:
 
 
 def test_analyze_statuses_reask_and_counts():
-    teacher = ScriptedTeacher({
-        "good": [GOOD],
-        "reasked": ["The agent should check shelves first.", '```json\n{"episode_skill": "Check shelves first."}\n```'],
-        "hopeless": ["prose", "still prose"],
-        "silent": [None],
-        "cached": [GOOD],
-    })
+    teacher = ScriptedTeacher(
+        {
+            "good": [GOOD],
+            "reasked": [
+                "The agent should check shelves first.",
+                '```json\n{"episode_skill": "Check shelves first."}\n```',
+            ],
+            "hopeless": ["prose", "still prose"],
+            "silent": [None],
+            "cached": [GOOD],
+        }
+    )
     trajs = [_task_traj(k, won=k != "hopeless") for k in ("good", "reasked", "hopeless", "silent", "cached")]
     skills, stats = analyze(trajs, teacher)
 
     assert [s.parse_status for s in skills] == ["ok", "ok_after_reask", "failed", "dropped", "ok"]
     assert [s.skill for s in skills] == [
-        "Check the shelves before the toilet.", "Check shelves first.", "", "", "Check the shelves before the toilet."
+        "Check the shelves before the toilet.",
+        "Check shelves first.",
+        "",
+        "",
+        "Check the shelves before the toilet.",
     ]
-    assert [s.raw_output for s in skills][1:4] == ['```json\n{"episode_skill": "Check shelves first."}\n```',
-                                                   "still prose", ""]
+    assert [s.raw_output for s in skills][1:4] == [
+        '```json\n{"episode_skill": "Check shelves first."}\n```',
+        "still prose",
+        "",
+    ]
     assert [s.outcome for s in skills] == ["success", "success", "failure", "success", "success"]
     assert {s.producer for s in skills} == {"scripted"} and skills[0].traj_id == "id-good"
     assert skills[0].prompt_hash == prompt_hash(analyzer_prompt(trajs[0]))

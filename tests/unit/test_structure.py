@@ -100,12 +100,18 @@ def test_a_stage_imports_no_other_stage(path):
     assert not bad, f"{rel(path)} imports {bad}: a stage imports no other stage; move the shared piece down"
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "seed_core").glob("[!_]*/**/*.py")) + sorted((REPO / "seed_core").glob("*.py")), ids=rel)
+@pytest.mark.parametrize(
+    "path", sorted((REPO / "seed_core").glob("[!_]*/**/*.py")) + sorted((REPO / "seed_core").glob("*.py")), ids=rel
+)
 def test_imports_point_down(path):
     """tools -> stages -> method -> envs, policy -> plumbing: nothing imports a part above it."""
     part = rel(path).split("/")[1]
-    above = {"method": ("stages", "tools"), "envs": ("stages", "tools"), "policy": ("stages", "tools", "method"),
-             "stages": ("tools",)}.get(part, ("stages", "tools") if part.endswith(".py") else ())
+    above = {
+        "method": ("stages", "tools"),
+        "envs": ("stages", "tools"),
+        "policy": ("stages", "tools", "method"),
+        "stages": ("tools",),
+    }.get(part, ("stages", "tools") if part.endswith(".py") else ())
     bad = sorted(m for m in seed_core_imports(path) if m.split(".")[:2][-1] in above and m.startswith("seed_core."))
     assert not bad, f"{rel(path)} imports {bad}; see ARCHITECTURE.md for the import rules"
 
@@ -167,6 +173,11 @@ def test_the_closure_follows_lazy_imports_and_packages():
     """The test above is only as good as this: a function-level import counts, and so does each package's
     __init__.py on the way to a module."""
     code = {rel(p) for p in closure(REPO / "seed_core/stages/train_analyzer.py")}
-    assert {"seed_core/envs/__init__.py", "seed_core/envs/alfworld/__init__.py", "seed_core/envs/alfworld/expert.py",
-            "seed_core/sft.py", "seed_core/method/teachers.py"} <= code
+    assert {
+        "seed_core/envs/__init__.py",
+        "seed_core/envs/alfworld/__init__.py",
+        "seed_core/envs/alfworld/expert.py",
+        "seed_core/sft.py",
+        "seed_core/method/teachers.py",
+    } <= code
     assert "seed_core/stages/rl.py" not in code

@@ -1,5 +1,6 @@
 """Teachers: the OpenAI-compatible client against a real local HTTP server with scripted faults, and the
 policy-as-teacher adapter."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -134,8 +135,15 @@ def test_connection_errors_are_retried(api, tmp_path):
     with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    teacher = OpenAITeacher(f"http://127.0.0.1:{port}/v1", "m", KEY_ENV, cache_dir=tmp_path, max_retries=1,
-                            backoff_base_s=0.01, timeout_s=TIMEOUT_S)
+    teacher = OpenAITeacher(
+        f"http://127.0.0.1:{port}/v1",
+        "m",
+        KEY_ENV,
+        cache_dir=tmp_path,
+        max_retries=1,
+        backoff_base_s=0.01,
+        timeout_s=TIMEOUT_S,
+    )
     assert teacher.complete_batch(["p"]) == [None]
     assert teacher.stats.errors == {"connection": 2} and teacher.stats.dropped == 1
 

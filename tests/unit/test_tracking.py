@@ -1,4 +1,5 @@
 """W&B tracking: an offline run writes its files, carries the params as config, and never stores a secret."""
+
 import os
 from pathlib import Path
 
@@ -10,11 +11,24 @@ from seed_core.tracking import REDACTED, Tracker, artifact_name, dvc_outputs, sc
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "sk-PLANTED-a1b2c3d4e5"
-LOCK = {"schema": "2.0", "stages": {"rl": {
-    "cmd": "python flows/rl.py",
-    "deps": [{"path": "models/analyzer", "hash": "md5", "md5": "11111111111111111111111111111111.dir"}],
-    "outs": [{"path": "models/rl", "hash": "md5", "md5": "22222222222222222222222222222222.dir", "size": 9, "nfiles": 1}],
-}}}
+LOCK = {
+    "schema": "2.0",
+    "stages": {
+        "rl": {
+            "cmd": "python flows/rl.py",
+            "deps": [{"path": "models/analyzer", "hash": "md5", "md5": "11111111111111111111111111111111.dir"}],
+            "outs": [
+                {
+                    "path": "models/rl",
+                    "hash": "md5",
+                    "md5": "22222222222222222222222222222222.dir",
+                    "size": 9,
+                    "nfiles": 1,
+                }
+            ],
+        }
+    },
+}
 
 
 def flush() -> None:
@@ -39,10 +53,18 @@ def wandb_dirs(tmp_path, monkeypatch):
 
 
 def test_scrub_drops_credential_keys_and_redacts_values():
-    cfg = {"teacher": {"api_key_env": "X_KEY_NAME", "base_url": f"http://h/?k={SECRET}"}, "hf_token": "t",
-           "rl": {"max_new_tokens": 3, "micro_batch_tokens": 5}, "password": "p", "list": [SECRET]}
-    assert scrub(cfg, [SECRET]) == {"teacher": {"api_key_env": "X_KEY_NAME", "base_url": f"http://h/?k={REDACTED}"},
-                                    "rl": {"max_new_tokens": 3, "micro_batch_tokens": 5}, "list": [REDACTED]}
+    cfg = {
+        "teacher": {"api_key_env": "X_KEY_NAME", "base_url": f"http://h/?k={SECRET}"},
+        "hf_token": "t",
+        "rl": {"max_new_tokens": 3, "micro_batch_tokens": 5},
+        "password": "p",
+        "list": [SECRET],
+    }
+    assert scrub(cfg, [SECRET]) == {
+        "teacher": {"api_key_env": "X_KEY_NAME", "base_url": f"http://h/?k={REDACTED}"},
+        "rl": {"max_new_tokens": 3, "micro_batch_tokens": 5},
+        "list": [REDACTED],
+    }
 
 
 def test_mode_offline_unless_configured(monkeypatch):
@@ -59,7 +81,11 @@ def test_offline_run_has_params_skills_and_dvc_refs_but_no_secret(tmp_path, wand
     # the teacher's key lives in the variable teacher.api_key_env names, and leaked into a params string
     monkeypatch.setenv("MY_TEACHER_CREDENTIAL", SECRET)
     params = to_dict(load_params(REPO / "params.yaml"))
-    params["teacher"] = {**params["teacher"], "api_key_env": "MY_TEACHER_CREDENTIAL", "base_url": f"https://api/{SECRET}/v1"}
+    params["teacher"] = {
+        **params["teacher"],
+        "api_key_env": "MY_TEACHER_CREDENTIAL",
+        "base_url": f"https://api/{SECRET}/v1",
+    }
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump(LOCK))
     (tmp_path / "models/rl").mkdir(parents=True)
     (tmp_path / "models/rl/model.safetensors").write_bytes(b"\0" * 4096)
@@ -70,8 +96,19 @@ def test_offline_run_has_params_skills_and_dvc_refs_but_no_secret(tmp_path, wand
     assert tracker.run.config["teacher"]["base_url"] == f"https://api/{REDACTED}/v1"
     assert tracker.run.group == "pipeline-test" and tracker.run.job_type == "rl"
     tracker.log({"rollout/success_rate": 0.5, "loss/pg": 0.1}, step=0)
-    tracker.log_skills([{"update": 0, "task_type": "pick", "outcome": "failure", "skill": f"never say {SECRET}",
-                         "rescore": {"delta_mean": 0.3}, "trajectory": {"won": False}}], step=0)
+    tracker.log_skills(
+        [
+            {
+                "update": 0,
+                "task_type": "pick",
+                "outcome": "failure",
+                "skill": f"never say {SECRET}",
+                "rescore": {"delta_mean": 0.3},
+                "trajectory": {"won": False},
+            }
+        ],
+        step=0,
+    )
     assert tracker.log_dvc_outputs(tmp_path / "dvc.lock") == [artifact_name("models/rl")] == ["dvc-models-rl"]
     run_dir = Path(tracker.run.dir).parent
     tracker.finish()
@@ -94,8 +131,14 @@ def test_offline_run_has_params_skills_and_dvc_refs_but_no_secret(tmp_path, wand
 def test_dvc_outputs_from_lock(tmp_path):
     (tmp_path / "dvc.lock").write_text(yaml.safe_dump(LOCK))
     (entry,) = dvc_outputs(tmp_path / "dvc.lock")
-    assert entry == {"path": "models/rl", "md5": "22222222222222222222222222222222.dir", "size": 9, "nfiles": 1,
-                     "stage": "rl", "deps": {"models/analyzer": "11111111111111111111111111111111.dir"}}
+    assert entry == {
+        "path": "models/rl",
+        "md5": "22222222222222222222222222222222.dir",
+        "size": 9,
+        "nfiles": 1,
+        "stage": "rl",
+        "deps": {"models/analyzer": "11111111111111111111111111111111.dir"},
+    }
     assert dvc_outputs(tmp_path / "dvc.lock", stages=["evaluate"]) == []
 
 
@@ -113,7 +156,9 @@ def test_track_stage_summary(wandb_dirs):
     from seed_core.tracking import _flat_numbers, track_stage
 
     assert _flat_numbers({"base": {"valid_seen": {"success/macro": 0.5, "n": 2, "ok": True}}, "name": "x"}) == {
-        "base/valid_seen/success/macro": 0.5, "base/valid_seen/n": 2}
+        "base/valid_seen/success/macro": 0.5,
+        "base/valid_seen/n": 2,
+    }
     track_stage("evaluate", load_params(REPO / "params.yaml"), {"base": {"valid_seen": {"success/macro": 0.25}}})
     flush()
     (binary,) = (wandb_dirs["WANDB_DIR"] / "wandb").glob("offline-run-*/run-*.wandb")

@@ -4,6 +4,7 @@ The manifests written by `prepare` are the only way later stages find games: a f
 ids with the sha256 of each game file, so a run never depends on a folder walk's order and never silently
 plays a game that changed on disk.
 """
+
 from __future__ import annotations
 
 import hashlib

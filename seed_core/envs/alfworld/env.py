@@ -6,6 +6,7 @@ The initial observation is split into the task sentence (after "Your task is to:
 description; the welcome banner is dropped. `help` is removed from the admissible actions, as in the
 verl-agent protocol.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,9 @@ class AlfworldGame:
         self.task_type = task_type_of(game_id)
         self.path = game_path(data_root, game_id)
         infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
-        self._env = textworld.start(str(self.path), request_infos=infos, wrappers=[AlfredDemangler(shuffle=False), AlfredInfos])
+        self._env = textworld.start(
+            str(self.path), request_infos=infos, wrappers=[AlfredDemangler(shuffle=False), AlfredInfos]
+        )
         self.task = ""
 
     def walkthrough(self) -> list[str]:

@@ -119,11 +119,15 @@ def expert_examples(data_root: Path, entries: list[GameEntry], env: EnvConfig, p
                 sent = {}
                 for i in live:
                     g, s = games[i], games[i].state
-                    prompt = step_prompt(g.task, s.observation, list(s.admissible_actions), g.history, env.history_length)
+                    prompt = step_prompt(
+                        g.task, s.observation, list(s.admissible_actions), g.history, env.history_length
+                    )
                     response = completion(g.think[t], g.walk[t])
                     action, valid = parse_response(response)
                     if not valid or action != g.walk[t]:
-                        raise ValueError(f"{g.entry.game_id} step {t}: expert response {response!r} does not parse to its action")
+                        raise ValueError(
+                            f"{g.entry.game_id} step {t}: expert response {response!r} does not parse to its action"
+                        )
                     g.steps.append({"prompt": prompt, "completion": response, "game_id": g.entry.game_id, "step": t})
                     g.history.append((s.observation, action))
                     sent[i] = action

@@ -29,6 +29,7 @@ Departures / choices (the paper has no oracle):
   rate 0 after Stage 1 here); with 300 characters it learned the format but looped on the summary's
   "Visited ..." sentences, which the half budget leaves out.
 """
+
 from __future__ import annotations
 
 import json
@@ -310,17 +311,20 @@ def _rule(facts: GameFacts, where: str) -> str:
     if facts.task_type in TRANSFORMS:
         verb, kind = TRANSFORMS[facts.task_type]
         appliance = facts.appliance or f"{kind} 1"
-        return (f"{find}, take it, {verb} it with {appliance} while holding it, and only then move it to "
-                f"{_article(rec)}")
+        return f"{find}, take it, {verb} it with {appliance} while holding it, and only then move it to {_article(rec)}"
     if facts.lamp:
         lamp = facts.appliance or f"{facts.lamp} 1"
         place = _join(list(facts.locations.get(lamp, ())))
         at = f" (at {place})" if place else ""
-        return (f"{find}, take it, and turn on {lamp}{at} with 'use {lamp}' while you are next to it; the task is "
-                f"done when you hold the {obj} beside the lit {facts.lamp}")
+        return (
+            f"{find}, take it, and turn on {lamp}{at} with 'use {lamp}' while you are next to it; the task is "
+            f"done when you hold the {obj} beside the lit {facts.lamp}"
+        )
     if facts.count == 2:
-        return (f"{find}, take it and move it to {_article(rec)}, then go back for a second {obj} and move "
-                f"it to the same {rec}; you can carry only one at a time")
+        return (
+            f"{find}, take it and move it to {_article(rec)}, then go back for a second {obj} and move "
+            f"it to the same {rec}; you can carry only one at a time"
+        )
     return f"{find}, take it, then go straight to {_article(rec)} and move it there"
 
 
@@ -346,31 +350,37 @@ def _open_note(facts: GameFacts) -> str:
 def _format_note(r: EpisodeReplay) -> str:
     if not r.invalid:
         return ""
-    steps = ", ".join(str(t) for t in r.invalid[:_LIST_MAX * 2]) + (", ..." if len(r.invalid) > _LIST_MAX * 2 else "")
-    return (f"{len(r.invalid)} response(s) broke the format (step {steps}): always reason inside <think></think> "
-            f"and give exactly one admissible action inside <action></action>.")
+    steps = ", ".join(str(t) for t in r.invalid[: _LIST_MAX * 2]) + (", ..." if len(r.invalid) > _LIST_MAX * 2 else "")
+    return (
+        f"{len(r.invalid)} response(s) broke the format (step {steps}): always reason inside <think></think> "
+        f"and give exactly one admissible action inside <action></action>."
+    )
 
 
 def _loop_note(r: EpisodeReplay) -> str:
     if not r.loops:
         return ""
-    said = "; ".join(f"{_quote(a)} {c} times" for a, c in r.loops[:_LIST_MAX - 1])
-    return (f"You repeated {said} with the same result: when an observation repeats, do something new (a "
-            "receptacle you have not checked yet).")
+    said = "; ".join(f"{_quote(a)} {c} times" for a, c in r.loops[: _LIST_MAX - 1])
+    return (
+        f"You repeated {said} with the same result: when an observation repeats, do something new (a "
+        "receptacle you have not checked yet)."
+    )
 
 
 def _no_effect_note(r: EpisodeReplay) -> str:
     if not r.no_effect:
         return ""
-    return (f"{len(r.no_effect)} action(s) got \"Nothing happens.\": pick actions only from the admissible list "
-            "(you must be at a receptacle, and holding the object, to use it there).")
+    return (
+        f'{len(r.no_effect)} action(s) got "Nothing happens.": pick actions only from the admissible list '
+        "(you must be at a receptacle, and holding the object, to use it there)."
+    )
 
 
 def _visible(steps: Sequence[Step]) -> frozenset[str] | None:
     """Receptacles the agent could go to (from the first step's admissible actions); None when unknown."""
     if not steps:
         return None
-    gos = [a[len("go to "):] for a in steps[0].admissible_actions if a.startswith("go to ")]
+    gos = [a[len("go to ") :] for a in steps[0].admissible_actions if a.startswith("go to ")]
     return frozenset(gos) or None
 
 
@@ -383,40 +393,70 @@ def _progress(facts: GameFacts, r: EpisodeReplay) -> tuple[str, str, str]:
         seen = sorted((t, o, w) for o, (t, w) in r.seen.items() if kind_of(o) == obj)
         if seen:
             t, o, w = seen[0]
-            return ("take", f"Take the {obj} as soon as you see it: {o} was in view at {w or 'the start'} (step {t}) "
-                    "and you never picked it up", f"it saw {o} at {w} but never took {_article(obj)}")
-        return ("find", f"Go first to where the {obj} is; searching other receptacles was the core mistake",
-                f"it never found {_article(obj)}")
+            return (
+                "take",
+                f"Take the {obj} as soon as you see it: {o} was in view at {w or 'the start'} (step {t}) "
+                "and you never picked it up",
+                f"it saw {o} at {w} but never took {_article(obj)}",
+            )
+        return (
+            "find",
+            f"Go first to where the {obj} is; searching other receptacles was the core mistake",
+            f"it never found {_article(obj)}",
+        )
     if facts.task_type in TRANSFORMS:
         verb, kind = TRANSFORMS[facts.task_type]
         if not [o for _, v, o, _ in r.transforms if v == verb and kind_of(o) == obj]:
             appliance = facts.appliance or f"{kind} 1"
             early = [rr for _, o, rr in r.moves if kind_of(o) == obj and kind_of(rr) == rec]
             pre = f"; you put it on {early[0]} before it was {_PAST[verb]}" if early else ""
-            return ("transform", f"After taking the {obj}, {verb} it with {appliance} ('{verb} {took[-1]} with "
-                    f"{appliance}') before placing it{pre}", f"it took {took[-1]} but never {_PAST[verb]} it")
+            return (
+                "transform",
+                f"After taking the {obj}, {verb} it with {appliance} ('{verb} {took[-1]} with "
+                f"{appliance}') before placing it{pre}",
+                f"it took {took[-1]} but never {_PAST[verb]} it",
+            )
     if facts.lamp:
         lamp = facts.appliance or f"{facts.lamp} 1"
         if not r.lamp_uses:
-            return ("lamp", f"Once you hold the {obj}, go to {lamp} and turn it on with 'use {lamp}'; you never "
-                    f"turned on {_article(facts.lamp)}", f"it took {took[-1]} but never used the {facts.lamp}")
-        return ("lamp", f"Hold the {obj} next to the lit {lamp} at the end: turning it on and then walking away, or "
-                f"putting the {obj} down, does not count", f"it used the {facts.lamp} but did not end holding the "
-                f"{obj} beside it")
+            return (
+                "lamp",
+                f"Once you hold the {obj}, go to {lamp} and turn it on with 'use {lamp}'; you never "
+                f"turned on {_article(facts.lamp)}",
+                f"it took {took[-1]} but never used the {facts.lamp}",
+            )
+        return (
+            "lamp",
+            f"Hold the {obj} next to the lit {lamp} at the end: turning it on and then walking away, or "
+            f"putting the {obj} down, does not count",
+            f"it used the {facts.lamp} but did not end holding the {obj} beside it",
+        )
     placed = [(o, rr) for _, o, rr in r.moves if kind_of(o) == obj]
     good = list(dict.fromkeys(o for o, rr in placed if kind_of(rr) == rec))
     if facts.count == 2 and len(good) == 1:
-        return ("second", f"After placing the first {obj}, go back for a second, different {obj} and move it to "
-                f"the same {rec}", f"it placed only one {obj} ({good[0]}) in {_article(rec)}")
+        return (
+            "second",
+            f"After placing the first {obj}, go back for a second, different {obj} and move it to the same {rec}",
+            f"it placed only one {obj} ({good[0]}) in {_article(rec)}",
+        )
     if not good:
         elsewhere = [rr for _, rr in placed if kind_of(rr) != rec]
         if elsewhere:
-            return ("place", f"Put the {obj} in {_article(rec)}, not in {elsewhere[0]}: only {_article(rec)} "
-                    "completes the task", f"it put the {obj} in {elsewhere[0]} instead of {_article(rec)}")
-        return ("place", f"After taking the {obj}, go to {_article(rec)}{_plan_place(facts)} and move it there",
-                f"it took {took[-1]} but never put it in {_article(rec)}")
-    return ("other", "Follow the plan's order and finish every sub-goal before the step limit",
-            "it reached the sub-goals but not in a way that completed the task")
+            return (
+                "place",
+                f"Put the {obj} in {_article(rec)}, not in {elsewhere[0]}: only {_article(rec)} completes the task",
+                f"it put the {obj} in {elsewhere[0]} instead of {_article(rec)}",
+            )
+        return (
+            "place",
+            f"After taking the {obj}, go to {_article(rec)}{_plan_place(facts)} and move it there",
+            f"it took {took[-1]} but never put it in {_article(rec)}",
+        )
+    return (
+        "other",
+        "Follow the plan's order and finish every sub-goal before the step limit",
+        "it reached the sub-goals but not in a way that completed the task",
+    )
 
 
 def _plan_place(facts: GameFacts) -> str:
@@ -429,8 +469,9 @@ def _needs(facts: GameFacts) -> str:
     obj, rec = facts.target, facts.goal_receptacle
     if facts.task_type in TRANSFORMS:
         verb, kind = TRANSFORMS[facts.task_type]
-        return (f"Then {verb} it with {facts.appliance or kind + ' 1'} and move it to "
-                f"{_article(rec)}{_plan_place(facts)}.")
+        return (
+            f"Then {verb} it with {facts.appliance or kind + ' 1'} and move it to {_article(rec)}{_plan_place(facts)}."
+        )
     if facts.lamp:
         lamp = facts.appliance or f"{facts.lamp} 1"
         place = _join(list(facts.locations.get(lamp, ())))
@@ -472,7 +513,7 @@ def success_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = N
     route = effective_route(traj.steps, facts, r) or list(facts.walkthrough)
     took = _matches(rf"take ({_NAME}) from ({_NAME})", route)
     where = _join([f"{o} was at {w}" for o, w in took]) or _where_expert_takes(facts)
-    needed = {a[len("go to "):] for a in route if a.startswith("go to ")}
+    needed = {a[len("go to ") :] for a in route if a.startswith("go to ")}
     detours = _detours(r, needed)
     parts = [f"To {traj.task.rstrip('.')}: {', '.join(route)}.", f"Rule: {_rule(facts, where)}."]
     if len(traj.steps) > len(route):
@@ -480,8 +521,11 @@ def success_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = N
         parts.append(f"This route needs {len(route)} actions; the episode took {len(traj.steps)}.{skip}")
     if note := _format_note(r):
         parts.append(note)
-    summary = [f"Success in {len(traj.steps)} step(s), {len(r.invalid)} invalid-format step(s), "
-               f"{len(r.no_effect)} action(s) with no effect.", f"Effective route: {', '.join(route)}."]
+    summary = [
+        f"Success in {len(traj.steps)} step(s), {len(r.invalid)} invalid-format step(s), "
+        f"{len(r.no_effect)} action(s) with no effect.",
+        f"Effective route: {', '.join(route)}.",
+    ]
     return _answer(summary, parts, max_chars)
 
 
@@ -489,7 +533,7 @@ def failure_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = N
     r = replay(traj.steps)
     where = _where_expert_takes(facts)
     stage, core, happened = _progress(facts, r)
-    expert_recs = {a[len("go to "):] for a in facts.walkthrough if a.startswith("go to ")}
+    expert_recs = {a[len("go to ") :] for a in facts.walkthrough if a.startswith("go to ")}
     detours = _detours(r, expert_recs)
     format_first = bool(r.invalid) and len(r.invalid) * 2 >= len(traj.steps)
     parts = []
@@ -498,16 +542,21 @@ def failure_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = N
     if stage == "find" and detours and facts.expert_takes:
         # The core mistake is the search itself: say where to go instead, by name.
         places = _join(list(dict.fromkeys(rec for _, rec in facts.expert_takes)))
-        parts.append(f"Do not search {_join(detours[:_LIST_MAX])} first: the {facts.target} is at {places}; "
-                     "go there first.")
+        parts.append(
+            f"Do not search {_join(detours[:_LIST_MAX])} first: the {facts.target} is at {places}; go there first."
+        )
     else:
         parts.append(f"{core}.")
     wrong = list(dict.fromkeys(o for _, o, _ in r.takes if kind_of(o) != facts.target))
     if wrong:
-        parts.append(f"You picked up {_join(wrong[:_LIST_MAX])}, which is not {_article(facts.target)}: take only "
-                     f"{_article(facts.target)}.")
-    parts.append(f"Where things are: {where or 'see the plan'}{_other_instances(facts, _visible(traj.steps))}"
-                 f"{_open_note(facts)}.")
+        parts.append(
+            f"You picked up {_join(wrong[:_LIST_MAX])}, which is not {_article(facts.target)}: take only "
+            f"{_article(facts.target)}."
+        )
+    parts.append(
+        f"Where things are: {where or 'see the plan'}{_other_instances(facts, _visible(traj.steps))}"
+        f"{_open_note(facts)}."
+    )
     if stage in ("find", "take"):
         parts.append(_needs(facts))
     if facts.walkthrough:
@@ -517,10 +566,13 @@ def failure_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = N
     parts += [note for note in (_loop_note(r), _no_effect_note(r)) if note]
     if r.invalid and not format_first:
         parts.append(_format_note(r))
-    visited = _join(list(dict.fromkeys(rec for _, rec in r.visits))[:_LIST_MAX * 2]) or "nothing"
-    summary = [f"Failure after {len(traj.steps)} step(s), {len(r.invalid)} invalid-format step(s), "
-               f"{len(r.no_effect)} action(s) with no effect.", f"True location: {where or 'unknown'}.",
-               f"Visited {visited}; {happened}."]
+    visited = _join(list(dict.fromkeys(rec for _, rec in r.visits))[: _LIST_MAX * 2]) or "nothing"
+    summary = [
+        f"Failure after {len(traj.steps)} step(s), {len(r.invalid)} invalid-format step(s), "
+        f"{len(r.no_effect)} action(s) with no effect.",
+        f"True location: {where or 'unknown'}.",
+        f"Visited {visited}; {happened}.",
+    ]
     if r.loops:
         summary.append(f"Most repeated: {_quote(r.loops[0][0])} x{r.loops[0][1]}.")
     return _answer(summary, parts, max_chars)
@@ -548,8 +600,9 @@ class OracleTeacher:
         if game_id not in self._facts:
             path = game_path(self.data_root, game_id)
             if not path.is_file():
-                raise DataError(f"the oracle teacher needs game file {path}, which does not exist; "
-                                f"{how_to_install(self.data_root)}")
+                raise DataError(
+                    f"the oracle teacher needs game file {path}, which does not exist; {how_to_install(self.data_root)}"
+                )
             self._facts[game_id] = read_game_facts(path, task_type)
         return self._facts[game_id]
 
