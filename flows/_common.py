@@ -48,6 +48,9 @@ def cli(flow, run=None, help: dict[str, str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=sys.modules[fn.__module__].__doc__)
     for name, prm in inspect.signature(fn).parameters.items():
         text = (help or {}).get(name, "parameter file" if name == "params" else "")
+        if prm.default is inspect.Parameter.empty:
+            ap.add_argument(f"--{name.replace('_', '-')}", required=True, help=text)
+            continue
         text = f"{text} (default: {prm.default})".strip()
         multiple = {"action": "append"} if "list" in str(prm.annotation) else {}
         ap.add_argument(f"--{name.replace('_', '-')}", default=prm.default, help=text, **multiple)

@@ -1,7 +1,9 @@
-"""Prefect flow of the `evaluate` stage: success per task type on seen and unseen games, no skills."""
+"""Prefect flow of an `evaluate@<model>` stage: one model's success per task type on seen and unseen games, no
+skills in the prompt (dvc.yaml runs it once per name in evaluate.models; `eval_table` puts them side by side)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from prefect import flow, get_run_logger
@@ -11,35 +13,26 @@ from seed_core.stages.evaluate import run_evaluate
 from seed_core.tracking import track_stage
 
 
-@flow(name="evaluate")
+@flow(name="evaluate", flow_run_name="evaluate-{model}")
 def evaluate(
+    model: str,
     params: str = "params.yaml",
-    model: list[str] | None = None,
+    model_dir: str = "models/{model}",
     manifest_dir: str = "data/manifests",
-    metrics: str = "metrics/eval.json",
-    table: str = "metrics/eval.md",
+    metrics_dir: str = "metrics/eval",
     trajectories: str = "data/eval",
 ) -> dict:
     p = load(params)
-    models = []
-    for spec in model or [f"{name}=models/{name}" for name in p.evaluate.models]:
-        name, sep, path = spec.partition("=")
-        if not sep:
-            raise ValueError(f"--model takes NAME=PATH, got {spec!r}")
-        models.append((name, Path(path)))
-    results = run_evaluate(p, models, Path(manifest_dir), Path(metrics), Path(table), Path(trajectories))
-    text = Path(table).read_text()
-    get_run_logger().info("\n%s", text)
-    publish("evaluate", "## evaluate\n\n" + text)
-    record_stage("evaluate", [trajectories, table, metrics], params)
-    track_stage("evaluate", p, results)
+    metrics = Path(metrics_dir) / f"{model}.json"
+    results = run_evaluate(
+        p, model, Path(model_dir.format(model=model)), Path(manifest_dir), metrics, Path(trajectories)
+    )
+    get_run_logger().info("%s: %s", model, json.dumps(results))
+    publish(f"evaluate-{model}", f"## evaluate {model}\n\n```\n{json.dumps(results, indent=2)}\n```")
+    record_stage("evaluate", [str(Path(trajectories) / model), str(metrics)], params, inputs={"model": model})
+    track_stage(f"evaluate/{model}", p, results)
     return results
 
 
 if __name__ == "__main__":
-    cli(
-        evaluate,
-        help={
-            "model": "NAME=PATH of a model to evaluate (repeatable; default: models/<name> for each of evaluate.models)"
-        },
-    )
+    cli(evaluate, help={"model": "name of the model (base, warmup, rl, or any name with --model-dir)"})

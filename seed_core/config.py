@@ -520,13 +520,13 @@ def _value_text(value: Any) -> str:
 
 
 def field_docs() -> list[tuple[str, str, str, str]]:
-    """(dotted key, type, default, doc) of every leaf parameter, in declaration order, nested sections included
-    (`evaluate.generation.top_p`). A leaf of a nested section also carries the nested field's own doc. A field
+    """(dotted key, type, default, doc) of every parameter, in declaration order: each leaf, and each nested
+    section (`evaluate.generation`, type `section`) just before its leaves (`evaluate.generation.top_p`). A field
     without a docstring has doc ''."""
     docs = _field_docstrings()
     rows: list[tuple[str, str, str, str]] = []
 
-    def walk(obj: Any, prefix: str, context: str) -> None:
+    def walk(obj: Any, prefix: str) -> None:
         cls = type(obj)
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
@@ -534,13 +534,13 @@ def field_docs() -> list[tuple[str, str, str, str]]:
             doc = docs.get(cls.__name__, {}).get(f.name, "")
             value = getattr(obj, f.name)
             if dataclasses.is_dataclass(hints[f.name]):
-                # a top-level section's doc describes the section; a nested one's qualifies each of its leaves
-                walk(value, key, f"`{key}`: {doc}" if prefix and doc else "")
+                if prefix:  # a nested section (a top-level one is a params.yaml section)
+                    rows.append((key, "section", "", doc))
+                walk(value, key)
             else:
-                doc = f"{doc} — {context}" if doc and context else doc
                 rows.append((key, _type_text(hints[f.name]), _value_text(value), doc))
 
-    walk(Params(), "", "")
+    walk(Params(), "")
     return rows
 
 

@@ -31,7 +31,11 @@ TINY = {
         "analyzer_max_new_tokens": 16,
     },
 }
-STAGES = ("prepare", "warmup", "build_sft_data", "train_analyzer", "rl", "evaluate")
+# as `dvc repro` runs them (evaluate is one stage per name in evaluate.models)
+STAGES = (
+    "prepare", "warmup", "build_sft_data", "train_analyzer", "rl",
+    "evaluate@base", "evaluate@warmup", "evaluate@rl", "eval_table",
+)  # fmt: skip
 
 
 def merge(base: dict, over: dict) -> dict:

@@ -4,7 +4,7 @@ Two temp copies of the repo run the whole pipeline on the same small params (the
 few real games, two RL epochs, the `openai` teacher served by a real local HTTP server that checks the key):
 one uninterrupted, one whose `dvc repro` process group is sent SIGKILL in the middle of build_sft_data
 (while the teacher is answering), train_analyzer (while training), the RL stage's second epoch, and
-evaluate (after the first model was scored), and restarted with `dvc repro` each time. After every kill no
+evaluate@warmup (after evaluate@base finished), and restarted with `dvc repro` each time. After every kill no
 output is partial; each restart skips the stages that finished; the finished RL epoch is never recomputed;
 and the final weights, skill corpora, datasets and metrics equal the uninterrupted run's.
 """
@@ -97,7 +97,7 @@ def repro(work: Path, env: dict, log: Path, kill_when=None, pause_s: float = 0.0
 
 
 def stages_run(output: str) -> list[str]:
-    return re.findall(r"Running stage '(\w+)'", output)
+    return re.findall(r"Running stage '([\w@]+)'", output)
 
 
 def assert_no_partial_outputs(work: Path) -> None:
@@ -195,7 +195,7 @@ def test_kill_9_in_each_stage_then_repro_equals_an_uninterrupted_run(
         ),
         ("train_analyzer", lambda out: "analyzer check (before)" in out, 3),
         ("rl", lambda out: "epoch 2 update" in out, 0),
-        ("evaluate", lambda out: "rollout eval/warmup" in out, 0),
+        ("evaluate@warmup", lambda out: "rollout eval/warmup" in out, 0),
     ]
     finished: list[str] = []
     for stage, when, pause_s in kills:
@@ -212,8 +212,8 @@ def test_kill_9_in_each_stage_then_repro_equals_an_uninterrupted_run(
             epoch1_files = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in epoch1.iterdir()}
     rc, out = repro(work, env, logs / "killed.log")
     assert rc == 0, out[-5000:]
-    assert stages_run(out) == ["evaluate"]
-    assert sorted(finished + ["evaluate"]) == sorted(STAGES)
+    assert stages_run(out) == ["evaluate@warmup", "evaluate@rl", "eval_table"]
+    assert sorted(finished + stages_run(out)) == sorted(STAGES)
     # the epoch finished before the kill was loaded, not recomputed: same files, never rewritten
     assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in epoch1.iterdir()} == epoch1_files
     assert "resuming after epoch_001" in (logs / "killed.log").read_text()

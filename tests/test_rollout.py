@@ -5,8 +5,7 @@ from seed_core.config import EnvConfig, SamplingConfig
 from seed_core.envs.alfworld.data import list_games, stratified_subset, write_manifest
 from seed_core.envs.alfworld.env import EnvPool
 from seed_core.records import Trajectory, read_jsonl, write_jsonl
-from seed_core.rollout import play
-from seed_core.stages.evaluate import summarize
+from seed_core.rollout import play, summarize
 
 
 def test_rollout_writes_complete_records(alfworld_root, base_model_dir, tmp_path):

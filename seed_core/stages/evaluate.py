@@ -8,15 +8,15 @@ mode averages over several seeds, as reproducers found single-seed sampled evalu
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from seed_core.config import Params, SamplingConfig
-from seed_core.envs.alfworld.data import TASK_SHORT, TASK_TYPES, GameEntry, data_root, read_manifest
-from seed_core.envs.alfworld.env import EnvPool
+from seed_core.envs import GameEntry, GamePool, open_pool
+from seed_core.envs.alfworld.data import data_root, read_manifest
 from seed_core.models import load_model, pick_dtype
 from seed_core.policy.hf import HFPolicy
-from seed_core.records import atomic_write_text, write_json, write_jsonl
+from seed_core.records import publish_dir, write_json, write_jsonl
 from seed_core.rollout import play, summarize
 from seed_core.runtime import seed_everything
 
@@ -34,9 +34,14 @@ def average_runs(runs: Sequence[dict[str, float]]) -> dict[str, float]:
 
 
 def evaluate_model(
-    policy: HFPolicy, pool: EnvPool, games: dict[str, list[GameEntry]], params: Params, name: str, traj_dir: Path | None
+    policy: HFPolicy,
+    pool: GamePool,
+    games: dict[str, list[GameEntry]],
+    params: Params,
+    name: str,
+    traj_dir: Path | None,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """{split: {mode: metrics}} for one model. Both splits play in the same lock-step batches (one rollout per
+    """{split: {mode: metrics}} for one model; its trajectories to `traj_dir/<split>/<mode>-s<seed>.jsonl`. Both splits play in the same lock-step batches (one rollout per
     mode and seed): a batch of 12 episodes costs little more than one of 6 on a CPU."""
     cfg = params.evaluate
     entries = [e for split in games.values() for e in split]
@@ -70,7 +75,7 @@ def evaluate_model(
                 ids = {e.game_id for e in split_entries}
                 part = [t for t in trajs if t.game_id in ids]
                 if traj_dir is not None:
-                    write_jsonl(traj_dir / name / split / f"{mode}-s{seed}.jsonl", part)
+                    write_jsonl(traj_dir / split / f"{mode}-s{seed}.jsonl", part)
                 runs[split].setdefault(mode, []).append(summarize(part))
     return {
         split: {mode: (r[0] | {"runs": 1}) if mode == "greedy" else average_runs(r) for mode, r in modes.items()}
@@ -78,62 +83,19 @@ def evaluate_model(
     }
 
 
-def markdown_table(results: dict[str, dict[str, dict[str, dict[str, float]]]]) -> str:
-    """One row per (model, split, mode): per-type success, macro and micro (labelled), invalid rate, length."""
-    head = [
-        "model",
-        "split",
-        "mode",
-        *[TASK_SHORT[t] for t in TASK_TYPES],
-        "macro avg",
-        "micro avg",
-        "invalid rate",
-        "mean length",
-        "runs",
-    ]
-    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for model, splits in results.items():
-        for split, modes in splits.items():
-            for mode, m in modes.items():
-                cells = [model, split, mode]
-                cells += [f"{100 * m[f'success/{t}']:.1f}" if f"success/{t}" in m else "–" for t in TASK_TYPES]
-                cells += [
-                    f"{100 * m['success/macro']:.1f}",
-                    f"{100 * m['success/micro']:.1f}",
-                    f"{100 * m['invalid_rate']:.1f}",
-                    f"{m['episode_length']:.1f}",
-                    str(int(m["runs"])),
-                ]
-                rows.append("| " + " | ".join(cells) + " |")
-    return (
-        "Success in %, no skills in the prompt. macro avg = mean over task types (the paper's Avg); "
-        "micro avg = mean over games. Sampled rows average several seeds.\n\n" + "\n".join(rows) + "\n"
-    )
-
-
 def run_evaluate(
-    params: Params,
-    models: Iterable[tuple[str, Path]],
-    manifest_dir: Path,
-    metrics_path: Path,
-    table_path: Path,
-    traj_dir: Path | None,
-) -> dict:
+    params: Params, name: str, model_dir: Path, manifest_dir: Path, metrics_path: Path, traj_dir: Path
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Score one model: {split: {mode: metrics}} to `metrics_path`, its trajectories to `traj_dir/<name>/`.
+
+    One DVC stage per model (`evaluate@<name>`), so a change to the RL stage re-scores models/rl only."""
     root = data_root(params.data.alfworld_data)
     games = {s: read_manifest(manifest_dir / f"{s}.json", root) for s in SPLITS}
-    dtype = pick_dtype(params.model.dtype)
+    model, tok = load_model(model_dir, dtype=pick_dtype(params.model.dtype))
+    gen = params.evaluate.generation
+    policy = HFPolicy(model, tok, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens)
     results = {}
-    with EnvPool(root, params.env.workers) as pool:
-        for name, path in models:
-            model, tok = load_model(path, dtype=dtype)
-            policy = HFPolicy(
-                model,
-                tok,
-                batch_size=params.evaluate.generation.batch_size,
-                max_prompt_tokens=params.evaluate.generation.max_prompt_tokens,
-            )
-            results[name] = evaluate_model(policy, pool, games, params, name, traj_dir)
-            del model, policy
+    with open_pool(root, params.env.workers) as pool:
+        publish_dir(traj_dir / name, lambda tmp: results.update(evaluate_model(policy, pool, games, params, name, tmp)))
     write_json(metrics_path, results)
-    atomic_write_text(table_path, markdown_table(results))
     return results

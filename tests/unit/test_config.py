@@ -74,6 +74,7 @@ def test_field_docs_follow_declaration_order_and_defaults():
     rows = {key: (tp, default) for key, tp, default, _ in field_docs()}
     assert list(rows)[:2] == ["data.alfworld_data", "model.name_or_path"]
     assert rows["evaluate.generation.temperature"] == ("float", "0.4")  # the nested section's own default
+    assert rows["evaluate.generation"] == ("section", "")  # listed once, before its leaves
     assert rows["rollout.temperature"] == ("float", "1.0")
     assert rows["rl.dual_clip_c"] == ("float | null", "3.0")
     assert rows["rl.method"][0] == " | ".join(repr(m) for m in METHODS)

@@ -3,7 +3,9 @@
 import pytest
 
 from seed_core.records import Trajectory
-from seed_core.stages.evaluate import average_runs, markdown_table, summarize
+from seed_core.rollout import summarize
+from seed_core.stages.eval_table import markdown_table
+from seed_core.stages.evaluate import average_runs
 
 
 def traj(task_type, won, length, invalid):

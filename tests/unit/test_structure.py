@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-STAGE_MODULES = ("prepare", "warmup", "build_sft_data", "train_analyzer", "rl", "evaluate")
+STAGE_MODULES = ("prepare", "warmup", "build_sft_data", "train_analyzer", "rl", "evaluate", "eval_table")
 # Modules a stage imports that cannot change its outputs, so editing them must not re-run it.
 NOT_RESULTS = {
     "flows/_common.py": "argument parsing, Prefect artifacts and the lineage sidecar; no stage logic",

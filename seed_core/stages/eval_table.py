@@ -1,0 +1,59 @@
+"""The `eval_table` stage: the evaluated models side by side (metrics/eval.json and the markdown table).
+
+Reads the per-model results of the `evaluate@<model>` stages for each name in `evaluate.models`; it runs no model.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from seed_core.config import Params
+from seed_core.envs.alfworld.data import TASK_SHORT, TASK_TYPES
+from seed_core.records import DataError, atomic_write_text, write_json
+
+
+def markdown_table(results: dict[str, dict[str, dict[str, dict[str, float]]]]) -> str:
+    """One row per (model, split, mode): per-type success, macro and micro (labelled), invalid rate, length."""
+    head = [
+        "model",
+        "split",
+        "mode",
+        *[TASK_SHORT[t] for t in TASK_TYPES],
+        "macro avg",
+        "micro avg",
+        "invalid rate",
+        "mean length",
+        "runs",
+    ]
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for model, splits in results.items():
+        for split, modes in splits.items():
+            for mode, m in modes.items():
+                cells = [model, split, mode]
+                cells += [f"{100 * m[f'success/{t}']:.1f}" if f"success/{t}" in m else "–" for t in TASK_TYPES]
+                cells += [
+                    f"{100 * m['success/macro']:.1f}",
+                    f"{100 * m['success/micro']:.1f}",
+                    f"{100 * m['invalid_rate']:.1f}",
+                    f"{m['episode_length']:.1f}",
+                    str(int(m["runs"])),
+                ]
+                rows.append("| " + " | ".join(cells) + " |")
+    return (
+        "Success in %, no skills in the prompt. macro avg = mean over task types (the paper's Avg); "
+        "micro avg = mean over games. Sampled rows average several seeds.\n\n" + "\n".join(rows) + "\n"
+    )
+
+
+def run_eval_table(params: Params, metrics_dir: Path, metrics_path: Path, table_path: Path) -> dict:
+    """{model: {split: {mode: metrics}}} of every model in `evaluate.models`, to `metrics_path` and `table_path`."""
+    results = {}
+    for name in params.evaluate.models:
+        path = Path(metrics_dir) / f"{name}.json"
+        if not path.is_file():
+            raise DataError(f"{path} does not exist; run the evaluation of {name} (`dvc repro evaluate@{name}`)")
+        results[name] = json.loads(path.read_text())
+    write_json(metrics_path, results)
+    atomic_write_text(table_path, markdown_table(results))
+    return results
