@@ -88,7 +88,8 @@ def test_train_analyzer_end_to_end(alfworld_root, tiny_model_dir, sft_set, tmp_p
     rows = [json.loads(line) for line in heldout.read_text().splitlines()]
     for when in ("before", "after"):
         assert m[f"analyzer/{when}/parse_rate"] == sum(r[f"{when}_status"] == "ok" for r in rows) / len(rows)
-        assert m[f"analyzer/{when}/skill_token_f1"] is not None and 0.0 <= m[f"analyzer/{when}/skill_token_f1"] <= 1.0
+        f1 = [token_f1(r[f"{when}_skill"], r["teacher_skill"]) if r[f"{when}_status"] == "ok" else 0.0 for r in rows]
+        assert m[f"analyzer/{when}/skill_token_f1"] == pytest.approx(sum(f1) / len(f1))
         assert f"analyzer/{when}/target_location_hit" in m
         assert m[f"analyzer/{when}/producer"].startswith("policy:")
     assert m["analyzer/before/producer"] != m["analyzer/after/producer"]  # different checkpoint hashes

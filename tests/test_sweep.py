@@ -177,6 +177,7 @@ def test_dvc_plots_render_rl_updates(tmp_path):
     sh("git", "init", "-q", cwd=root)
     sh("dvc", "init", "-q", cwd=root)
     shutil.copy(REPO / "dvc.yaml", root / "dvc.yaml")
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")  # dvc.yaml's foreach reads evaluate.models from it
     keys = [
         "rollout/success_rate",
         "rollout/invalid_rate",
