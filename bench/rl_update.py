@@ -33,16 +33,16 @@ from seed_core.envs import open_pool  # noqa: E402
 from seed_core.envs.alfworld.data import data_root, read_manifest  # noqa: E402
 from seed_core.method.rescore import score_steps, step_tokens  # noqa: E402
 from seed_core.method.update import Trainer  # noqa: E402
-from seed_core.models import load_model  # noqa: E402
+from seed_core.models import load_for  # noqa: E402
 from seed_core.records import Trajectory, read_jsonl, write_jsonl  # noqa: E402
 from seed_core.rollout import play  # noqa: E402
 from seed_core.runtime import peak_rss_mb  # noqa: E402
-from seed_core.stages.rl import INIT, games_for_update, training_dtype  # noqa: E402
+from seed_core.stages.rl import INIT, games_for_update  # noqa: E402
 
 
 def trainer(params, model_dir, method):
     params = dataclasses.replace(params, rl=dataclasses.replace(params.rl, method=method))
-    model, tok = load_model(model_dir, dtype=training_dtype(params))
+    model, tok = load_for(model_dir, params.model, full_finetune=params.rl.lora_r is None)
     return Trainer(model, tok, params)
 
 

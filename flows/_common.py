@@ -24,9 +24,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from seed_core.config import ConfigError, load_params  # noqa: E402
-from seed_core.envs.alfworld.data import DataError  # noqa: E402
-from seed_core.models import ModelError  # noqa: E402
-from seed_core.records import StorageError  # noqa: E402
+from seed_core.models import ModelError, resolve_device  # noqa: E402
+from seed_core.records import DataError, StorageError  # noqa: E402
 from seed_core.runtime import setup  # noqa: E402
 
 USER_ERRORS = (ConfigError, DataError, ModelError, StorageError)
@@ -69,7 +68,7 @@ def main(run, args) -> None:
     traceback. The params file is validated first, so a bad one is refused before Prefect starts anything."""
     try:
         if "params" in vars(args):
-            load_params(args.params)
+            resolve_device(load_params(args.params).model.device)  # e.g. model.device cuda on a machine without
         run(**vars(args))
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)

@@ -45,6 +45,9 @@ class ModelConfig:
     """`auto` picks bfloat16 where the CPU/GPU computes it natively, else float32."""
     offline: bool = True
     """Sets HF_HUB_OFFLINE=1 so nothing is fetched from the hub at run time."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where every stage puts its models: `auto` is CUDA when torch sees a CUDA device, else the CPU. On CUDA forward
+    passes run under bf16 autocast; full fine-tuning keeps fp32 master weights on every device."""
 
     def __post_init__(self) -> None:
         _check(bool(self.name_or_path.strip()), "model.name_or_path", "must not be empty")

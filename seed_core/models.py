@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from seed_core.config import ModelConfig
 from seed_core.records import publish_dir
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -68,6 +69,27 @@ def convert_smollm2(out_dir: Path) -> Path:
 
     publish_dir(out_dir, write)
     return Path(out_dir)
+
+
+def resolve_device(name: str) -> str:
+    """`model.device` as a torch device: `auto` is CUDA when torch sees a CUDA device, else the CPU."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise ModelError(
+            "params: `model.device` is cuda, but torch sees no CUDA device here (a CPU build of torch, or no GPU); "
+            "set model.device to auto or cpu"
+        )
+    return name
+
+
+def load_for(path: str | Path, cfg: ModelConfig, *, full_finetune: bool = False):
+    """(model, tokenizer) on `model.device`, for every stage. Inference and LoRA training: weights in `model.dtype`
+    (`auto`: the device's fast dtype; peft keeps adapters in fp32). Full fine-tuning: fp32 master weights on every
+    device, because AdamW on bf16 weights at the paper's lr 1e-6 rounds most updates away; on CUDA its forward
+    passes still run in bf16 (HFPolicy's autocast)."""
+    device = resolve_device(cfg.device)
+    return load_model(path, dtype=torch.float32 if full_finetune else pick_dtype(cfg.dtype, device), device=device)
 
 
 def pick_dtype(name: str, device: str = "cpu") -> torch.dtype:

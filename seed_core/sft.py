@@ -136,9 +136,10 @@ def make_trainer(
     lora_alpha: int,
     max_seq_len: int,
     seed: int,
+    device: str = "cpu",
     callbacks: tuple = (),
 ):
-    """The SFTTrainer `train_sft` runs (exposed so tests can inspect its prepared datasets)."""
+    """The SFTTrainer `train_sft` runs on `device` (exposed so tests can inspect its prepared datasets)."""
     from peft import LoraConfig
     from trl import SFTTrainer
 
@@ -156,7 +157,7 @@ def make_trainer(
             batch_size=batch_size,
             max_seq_len=max_seq_len,
             seed=seed,
-            cpu=not torch.cuda.is_available(),
+            cpu=device == "cpu",
         ),
         train_dataset=to_conversational(train),
         eval_dataset=to_conversational(eval) if eval else None,
@@ -179,13 +180,15 @@ def train_sft(
     lora_alpha: int,
     max_seq_len: int,
     seed: int,
+    device: str = "cpu",
     log: Callable[[dict], None] | None = None,
 ) -> dict:
     """Fine-tune `model_path` on `train` ({"prompt", "completion"} dicts) and write the result to `out_dir`.
 
-    `lora_r=None` is full fine-tuning. `log` receives every logged training dict. Returns metrics: train loss
-    (trainer mean over the run, first and last logged step), eval loss before and after when `eval` is given,
-    examples, tokens, answer tokens, examples dropped for exceeding `max_seq_len`, seconds.
+    `lora_r=None` is full fine-tuning; `device` is "cpu" or "cuda" (bf16 autocast over the fp32 weights). `log`
+    receives every logged training dict. Returns metrics: train loss (trainer mean over the run, first and last
+    logged step), eval loss before and after when `eval` is given, examples, tokens, answer tokens, examples
+    dropped for exceeding `max_seq_len`, seconds.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
 
@@ -226,6 +229,7 @@ def train_sft(
             lora_alpha=lora_alpha,
             max_seq_len=max_seq_len,
             seed=seed,
+            device=device,
             callbacks=(_Log(),),
         )
         ds = trainer.train_dataset

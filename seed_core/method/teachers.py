@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 import httpx
 
+from seed_core.config import ModelConfig
 from seed_core.policy import Policy
 from seed_core.records import atomic_write_text
 
@@ -311,11 +312,13 @@ def checkpoint_name(path: str | Path) -> str:
     return f"{path.name}@{h.hexdigest()[:12]}"
 
 
-def checkpoint_teacher(model_path: str | Path, *, max_new_tokens: int, dtype, batch_size: int) -> PolicyTeacher:
-    """A checkpoint as analyzer: greedy, stopping at the first "}", its prompts never truncated."""
-    from seed_core.models import load_model
+def checkpoint_teacher(
+    model_path: str | Path, *, max_new_tokens: int, model: ModelConfig, batch_size: int
+) -> PolicyTeacher:
+    """A checkpoint as analyzer on `model.device`: greedy, stopping at the first "}", its prompts never truncated."""
+    from seed_core.models import load_for
     from seed_core.policy.hf import HFPolicy
 
-    model, tok = load_model(model_path, dtype=dtype)
-    policy = HFPolicy(model, tok, batch_size=batch_size, max_prompt_tokens=NO_PROMPT_CAP)
+    weights, tok = load_for(model_path, model)
+    policy = HFPolicy(weights, tok, batch_size=batch_size, max_prompt_tokens=NO_PROMPT_CAP)
     return PolicyTeacher(policy, f"policy:{checkpoint_name(model_path)}", max_new_tokens, stop=ANALYZER_STOP)

@@ -297,14 +297,17 @@ class Trainer:
         logp = pad_sequence(
             self.policy.score_batch([s.prompt_ids for s in steps], [s.response_ids for s in steps]), batch_first=True
         )  # (b, T)
-        mask = pad_sequence([torch.ones(len(s.response_ids), dtype=torch.bool) for s in steps], batch_first=True)
+        dev = logp.device  # the model's: scores live there; the advantages and masks are built on the CPU
+        mask = pad_sequence([torch.ones(len(s.response_ids), dtype=torch.bool) for s in steps], batch_first=True).to(
+            dev
+        )
         # pi_old: stored, or (one epoch over one mini-batch) this forward's own log-probs, detached
         old = (
             logp.detach()
             if batch.old_logp is None
             else pad_sequence([batch.old_logp[i] for i in ids], batch_first=True)
         )
-        advantage = batch.advantage[ids][:, None].expand_as(logp)
+        advantage = batch.advantage[ids].to(dev)[:, None].expand_as(logp)
         pg, pg_stats = losses.ppo_clip_loss(logp, old, advantage, mask, cfg.clip_eps, cfg.dual_clip_c)
         loss = pg
         stats = {
@@ -320,10 +323,13 @@ class Trainer:
         if self.spec.skills != "none":
             have = [batch.teacher_logp[i] is not None for i in ids]
             teacher = pad_sequence(
-                [batch.teacher_logp[i] if h else torch.zeros(len(s.response_ids)) for i, h, s in zip(ids, have, steps)],
+                [
+                    batch.teacher_logp[i] if h else torch.zeros(len(s.response_ids), device=dev)
+                    for i, h, s in zip(ids, have, steps)
+                ],
                 batch_first=True,
             )
-            opd_mask = torch.tensor(have, dtype=torch.float32)  # no skill (failed analysis): no OPD signal
+            opd_mask = torch.tensor(have, dtype=torch.float32, device=dev)  # no skill (failed analysis): no OPD signal
             opd, opd_stats = losses.gated_opd_loss(logp, teacher, mask, opd_mask, cfg.opd_beta, self.spec.gate)
             loss = loss + cfg.opd_lambda * opd
             stats["loss/opd"] = opd.item()

@@ -124,6 +124,10 @@ class HFPolicy:
         self.max_prompt_tokens = max_prompt_tokens
         self.score_tokens = score_tokens  # tokens per scoring micro-batch
         self.device = next(model.parameters()).device
+        # On CUDA every forward pass runs under autocast (bf16 where supported): fp32 master weights of a full
+        # fine-tuning run then cost fp32 memory only, not fp32 compute. The CPU computes in the weights' dtype.
+        half = torch.bfloat16 if self.device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float16
+        self.autocast = functools.partial(torch.autocast, "cuda", dtype=half, enabled=self.device.type == "cuda")
 
     def encode_full(self, prompt: str) -> list[int]:
         """Chat-template token ids of one user message, ending with the assistant header, untruncated.
@@ -190,20 +194,21 @@ class HFPolicy:
         attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch], device=self.device)
         sampling = temperature > 0
         recorder = _SampledLogprobs()
-        out = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention,
-            do_sample=sampling,
-            temperature=temperature if sampling else None,
-            top_p=top_p if sampling else None,
-            top_k=None,
-            max_new_tokens=max_new_tokens,
-            stop_strings=list(stop) or None,
-            tokenizer=self.tok if stop else None,
-            pad_token_id=pad,
-            logits_processor=LogitsProcessorList([recorder]),
-            return_dict_in_generate=True,
-        )
+        with self.autocast():
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                do_sample=sampling,
+                temperature=temperature if sampling else None,
+                top_p=top_p if sampling else None,
+                top_k=None,
+                max_new_tokens=max_new_tokens,
+                stop_strings=list(stop) or None,
+                tokenizer=self.tok if stop else None,
+                pad_token_id=pad,
+                logits_processor=LogitsProcessorList([recorder]),
+                return_dict_in_generate=True,
+            )
         new = out.sequences[:, width:]  # (B, T)
         logprobs = recorder.finish(new)
         return [self._cut(new[b].tolist(), logprobs[b].tolist(), stop) for b in range(len(batch))]
@@ -260,5 +265,6 @@ class HFPolicy:
         score = torch.zeros_like(ids, dtype=torch.bool)
         for b, (p, r) in enumerate(zip(prompts, responses)):
             score[b, len(p) : len(p) + len(r)] = True
-        lp = sequence_logprobs(self.model, ids, attn, score)
+        with self.autocast():
+            lp = sequence_logprobs(self.model, ids, attn, score)
         return [lp[b, len(p) : len(p) + len(r)] for b, (p, r) in enumerate(zip(prompts, responses))]

@@ -36,13 +36,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from seed_core.config import ConfigError, Params, TeacherConfig
+from seed_core.config import ConfigError, ModelConfig, Params, TeacherConfig
 from seed_core.envs.alfworld.data import GameEntry, data_root, read_manifest
 from seed_core.envs.alfworld.env import EnvPool
 from seed_core.envs.alfworld.oracle import OracleTeacher
 from seed_core.method.skills import PARSE_STATUSES, PARSED, AnalysisStats, TrajectoryTeacher, analyze, analyzer_prompt
 from seed_core.method.teachers import OpenAITeacher, Teacher, checkpoint_teacher
-from seed_core.models import load_model, pick_dtype
+from seed_core.models import load_for
 from seed_core.policy.hf import HFPolicy
 from seed_core.records import Skill, Trajectory, publish_dir, write_json, write_jsonl
 from seed_core.rollout import play
@@ -92,7 +92,7 @@ def split_games(game_ids: Sequence[str], fraction: float, seed: int) -> tuple[li
 # ---------------------------------------------------------------- teachers
 
 
-def make_teacher(cfg: TeacherConfig, root: Path, *, dtype, batch_size: int) -> Teacher | TrajectoryTeacher:
+def make_teacher(cfg: TeacherConfig, root: Path, *, model: ModelConfig, batch_size: int) -> Teacher | TrajectoryTeacher:
     """The teacher named by `teacher.kind`. `openai` checks its API key variable here, before any rollout."""
     if cfg.kind == "oracle":
         return OracleTeacher(root, cfg.oracle_max_chars)
@@ -110,7 +110,7 @@ def make_teacher(cfg: TeacherConfig, root: Path, *, dtype, batch_size: int) -> T
         )
     if cfg.kind == "policy":
         return checkpoint_teacher(
-            cfg.policy_path, max_new_tokens=cfg.max_new_tokens, dtype=dtype, batch_size=batch_size
+            cfg.policy_path, max_new_tokens=cfg.max_new_tokens, model=model, batch_size=batch_size
         )
     raise ConfigError(f"params: `teacher.kind` must be one of {list(TEACHER_KINDS)}, got {cfg.kind!r}")
 
@@ -119,7 +119,7 @@ def check_teacher_key(cfg: TeacherConfig) -> None:
     """Raise MissingAPIKeyError when the `openai` teacher's key variable is unset (no model load, no I/O), so a
     flow can refuse before it starts anything."""
     if cfg.kind == "openai":
-        make_teacher(cfg, Path(cfg.cache_dir), dtype=None, batch_size=1)
+        make_teacher(cfg, Path(cfg.cache_dir), model=ModelConfig(), batch_size=1)
 
 
 def label(
@@ -200,13 +200,12 @@ def run_build_sft_data(
     root = data_root(params.data.alfworld_data)
     games = select_games(read_manifest(Path(manifest_path), root), cfg.games)
     train_ids, val_ids = split_games([g.game_id for g in games], cfg.validation_fraction, cfg.seed)
-    dtype = pick_dtype(params.model.dtype)
     # The teacher first: a missing API key or teacher checkpoint is refused before any rollout is spent.
-    teacher = make_teacher(params.teacher, root, dtype=dtype, batch_size=params.rollout.batch_size)
+    teacher = make_teacher(params.teacher, root, model=params.model, batch_size=params.rollout.batch_size)
     # The openai cache is a DVC output: it must exist even when nothing was asked (DVC refuses a missing out).
     Path(params.teacher.cache_dir).mkdir(parents=True, exist_ok=True)
 
-    model, tok = load_model(model_dir, dtype=dtype)
+    model, tok = load_for(model_dir, params.model)
     policy = HFPolicy(
         model, tok, batch_size=params.rollout.batch_size, max_prompt_tokens=params.rollout.max_prompt_tokens
     )

@@ -14,7 +14,7 @@ from pathlib import Path
 from seed_core.config import Params, SamplingConfig
 from seed_core.envs import GameEntry, GamePool, open_pool
 from seed_core.envs.alfworld.data import data_root, read_manifest
-from seed_core.models import load_model, pick_dtype
+from seed_core.models import load_for
 from seed_core.policy.hf import HFPolicy
 from seed_core.records import publish_dir, write_json, write_jsonl
 from seed_core.rollout import play, summarize
@@ -91,7 +91,7 @@ def run_evaluate(
     One DVC stage per model (`evaluate@<name>`), so a change to the RL stage re-scores models/rl only."""
     root = data_root(params.data.alfworld_data)
     games = {s: read_manifest(manifest_dir / f"{s}.json", root) for s in SPLITS}
-    model, tok = load_model(model_dir, dtype=pick_dtype(params.model.dtype))
+    model, tok = load_for(model_dir, params.model)
     gen = params.evaluate.generation
     policy = HFPolicy(model, tok, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens)
     results = {}

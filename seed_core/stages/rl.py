@@ -25,7 +25,7 @@ from seed_core.config import Params, RLConfig
 from seed_core.envs import GameEntry, open_pool
 from seed_core.envs.alfworld.data import data_root, read_manifest
 from seed_core.method.update import NonFiniteError, Trainer, method_spec
-from seed_core.models import ModelError, load_model, pick_dtype
+from seed_core.models import ModelError, load_for
 from seed_core.records import epoch_dir, epoch_dirs, epoch_of, publish_dir, storage_error, write_json, write_jsonl
 from seed_core.rollout import play, summarize
 from seed_core.runtime import seed_everything
@@ -137,15 +137,6 @@ def load_epoch(trainer: Trainer, epoch_dir: Path) -> None:
     trainer.nonfinite_in_row = nonfinite
 
 
-def training_dtype(params: Params) -> torch.dtype:
-    """LoRA: the frozen base in the machine's fast dtype (peft keeps the adapters in fp32). Full fine-tuning:
-    fp32 on CPU, where AdamW on bf16 weights would round small updates away."""
-    dtype = pick_dtype(params.model.dtype, "cuda" if torch.cuda.is_available() else "cpu")
-    if params.rl.lora_r is None and not torch.cuda.is_available():
-        return torch.float32
-    return dtype
-
-
 def games_for_update(train: list[GameEntry], cfg: RLConfig, index: int) -> list[GameEntry]:
     """B games for update `index`, a function of (seed, index) only, so a resumed run draws the same ones."""
     rng = random.Random(cfg.seed * 1_000_003 + index)
@@ -180,7 +171,7 @@ class RLRun:
             write_json(fp_path, fp)
 
         seed_everything(cfg.seed)
-        model, self.tok = load_model(init_dir, dtype=training_dtype(params))
+        model, self.tok = load_for(init_dir, params.model, full_finetune=cfg.lora_r is None)
         self.trainer = Trainer(model, self.tok, params, fixed)
         done = epoch_dirs(run_dir, cfg.epochs)
         if done:

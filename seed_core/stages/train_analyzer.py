@@ -33,7 +33,7 @@ from seed_core.envs.alfworld.expert import expert_examples
 from seed_core.envs.alfworld.oracle import OracleTeacher
 from seed_core.method.skills import PARSED, analyze
 from seed_core.method.teachers import checkpoint_teacher
-from seed_core.models import pick_dtype
+from seed_core.models import resolve_device
 from seed_core.records import Skill, Trajectory, read_jsonl, write_json, write_jsonl
 from seed_core.sft import load_examples, train_sft
 
@@ -101,7 +101,7 @@ def measure_analyzer(
     teacher = checkpoint_teacher(
         model_path,
         max_new_tokens=cfg.analyzer_max_new_tokens,
-        dtype=pick_dtype(params.model.dtype),
+        model=params.model,
         batch_size=params.rollout.batch_size,
     )
     tqdm.write(f"analyzer check ({tag}): {teacher.name} on {len(trajs)} held-out trajectories")
@@ -180,6 +180,7 @@ def run_train_analyzer(
         lora_alpha=cfg.lora_alpha,
         max_seq_len=cfg.max_seq_len,
         seed=cfg.seed,
+        device=resolve_device(params.model.device),
         log=lambda m: tqdm.write(str(m)),
     )
     after, after_skills = measure_analyzer(out_dir, trajs, reference, oracle, params, "after")

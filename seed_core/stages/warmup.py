@@ -20,6 +20,7 @@ from pathlib import Path
 from seed_core.config import Params
 from seed_core.envs.alfworld.data import data_root, read_manifest
 from seed_core.envs.alfworld.expert import expert_examples
+from seed_core.models import resolve_device
 from seed_core.records import publish_dir, write_json
 
 EVAL_GAMES = 2
@@ -87,6 +88,7 @@ def run_warmup(params: Params, manifest_path: Path, base_model_dir: Path, out_di
         lora_alpha=cfg.lora_alpha,
         max_seq_len=cfg.max_seq_len,
         seed=cfg.seed,
+        device=resolve_device(params.model.device),
     )
     metrics = {
         "warmup/enabled": True,

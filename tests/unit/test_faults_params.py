@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from faultsuite import intact
@@ -46,6 +47,12 @@ CASES = {
         ],
     ),
 }
+if not torch.cuda.is_available():  # CI and this project's CPU machines
+    CASES["cuda-without-gpu"] = (
+        "rl",
+        {"model": {"device": "cuda"}},
+        ["`model.device` is cuda, but torch sees no CUDA device here", "set model.device to auto or cpu"],
+    )
 
 
 def previous_outputs(root: Path) -> None:
