@@ -38,9 +38,9 @@ def parser(description: str) -> argparse.ArgumentParser:
 
 
 def cli(flow, run=None, help: dict[str, str] | None = None) -> None:
-    """The command line of a stage flow, built from the flow's signature: every parameter with a default becomes
-    `--kebab-case` with that default (list parameters are repeatable), so paths are written once, in the flow.
-    `run` (default: the flow) is what is called with the parsed arguments."""
+    """The command line of a stage flow, built from the flow's signature: every parameter becomes `--kebab-case`
+    with the flow's default (required without one), so paths are written once, in the flow. `run` (default: the
+    flow) is what is called with the parsed arguments."""
     import inspect
 
     fn = getattr(flow, "fn", flow)
@@ -50,9 +50,9 @@ def cli(flow, run=None, help: dict[str, str] | None = None) -> None:
         if prm.default is inspect.Parameter.empty:
             ap.add_argument(f"--{name.replace('_', '-')}", required=True, help=text)
             continue
-        text = f"{text} (default: {prm.default})".strip()
-        multiple = {"action": "append"} if "list" in str(prm.annotation) else {}
-        ap.add_argument(f"--{name.replace('_', '-')}", default=prm.default, help=text, **multiple)
+        ap.add_argument(
+            f"--{name.replace('_', '-')}", default=prm.default, help=f"{text} (default: {prm.default})".strip()
+        )
     main(run or flow, ap.parse_args())
 
 
@@ -68,7 +68,7 @@ def main(run, args) -> None:
     traceback. The params file is validated first, so a bad one is refused before Prefect starts anything."""
     try:
         if "params" in vars(args):
-            resolve_device(load_params(args.params).model.device)  # e.g. model.device cuda on a machine without
+            resolve_device(load_params(args.params).model.device)  # refuses model.device cuda where there is none
         run(**vars(args))
     except USER_ERRORS as e:
         print(f"error: {e}", file=sys.stderr)
