@@ -1,5 +1,5 @@
 """Prefect flow of a methods x seeds sweep: queue one DVC experiment per combination, run the queue, collect
-the results for `seed report` (all in `seed_core/sweep.py`; `seed sweep` does the same without Prefect).
+the results for `seed report` (all in `seed_core/tools/sweep.py`; `seed sweep` does the same without Prefect).
 
 A failed experiment does not stop the others: the flow collects every finished one, publishes the table, and
 then fails naming the failed runs.

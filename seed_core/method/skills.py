@@ -13,7 +13,7 @@ Departures from the paper, where it is silent or we add safety:
 - the summary and skill are capped at `max_skill_chars` (a runaway answer must not flood the teacher context);
 - an answer that echoes the prompt's skill placeholder is rejected;
 - a teacher may read the Trajectory records instead of the prompts (`TrajectoryTeacher`, e.g. the ALFWorld
-  oracle in `seed_core.oracle`); records still carry the analyzer prompt's hash, and such a teacher is never
+  oracle in `seed_core.envs.alfworld.oracle`); records still carry the analyzer prompt's hash, and such a teacher is never
   re-asked (it is deterministic: the same trajectory gets the same answer).
 """
 

@@ -2,7 +2,7 @@
 
 Rolls out the starting policy (models/warmup: the warmed-up model, or the base model passed through when the
 warm-up is off) on M training games x K samples with the plain step prompt, has the teacher write one
-hindsight skill per finished trajectory (`seed_core.skills.analyze`), keeps only the answers that parse, and
+hindsight skill per finished trajectory (`seed_core.method.skills.analyze`), keeps only the answers that parse, and
 writes them as an HF `datasets` DatasetDict with a train / validation split by GAME, so no validation
 trajectory shares a game with a training one.
 

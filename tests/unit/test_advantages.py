@@ -1,4 +1,4 @@
-"""seed_core.advantages against hand-computed numbers and a naive per-group python loop."""
+"""seed_core.method.advantages against hand-computed numbers and a naive per-group python loop."""
 
 import math
 import statistics

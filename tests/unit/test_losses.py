@@ -1,4 +1,4 @@
-"""seed_core.losses against hand-computed values, gradient checks, and a naive per-token loop."""
+"""seed_core.method.losses against hand-computed values, gradient checks, and a naive per-token loop."""
 
 import math
 

@@ -16,7 +16,7 @@ Object names: the PDDL problem uses mangled ids (`Apple_bar__plus_00_dot_26...`)
 over the entities of the initial-state facts, which is the set textworld's PDDL backend numbers.
 
 Departures / choices (the paper has no oracle):
-- The oracle reads Trajectory records, not analyzer prompts: `seed_core.skills.analyze` calls
+- The oracle reads Trajectory records, not analyzer prompts: `seed_core.method.skills.analyze` calls
   `complete_trajectories` for teachers that have it. It is never re-asked (its answers always parse and
   are deterministic, so a re-ask would repeat them).
 - Token counts: 0 prompt tokens (no model reads anything) and completion tokens = `len(text.split())`,
@@ -584,7 +584,7 @@ def failure_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = N
 class OracleTeacher:
     """Hindsight skills for ALFWorld trajectories from the game files under `data_root` (no model, no network).
 
-    Used through `seed_core.skills.analyze`, which hands it the Trajectory records (`complete_trajectories`)
+    Used through `seed_core.method.skills.analyze`, which hands it the Trajectory records (`complete_trajectories`)
     instead of analyzer prompts. Game files are read once per game id.
     """
 
