@@ -87,7 +87,7 @@ def on_device(model, device: str) -> bool:
     return all(p.device.type == device for p in model.parameters())
 
 
-def update(cfg, tok, params, trajs, skills, device: str, dtype) -> tuple[dict, float, object]:
+def update(cfg, tok, params, trajs, skills, device: str, dtype) -> tuple[dict, Trainer]:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
@@ -110,7 +110,7 @@ def update(cfg, tok, params, trajs, skills, device: str, dtype) -> tuple[dict, f
         "loss_opd": metrics.get("loss/opd"),
         "skipped_steps": metrics["train/skipped_steps"],
     }
-    return out, seconds, trainer
+    return out, trainer
 
 
 def main() -> None:
@@ -142,7 +142,7 @@ def main() -> None:
 
     # full fine-tuning at the paper's lr: fp32 master weights (what the RL stage loads), then the same on bf16
     full = params_from_dict({"rl": {**rl, "lora_r": None, "learning_rate": 1e-6}})
-    result["full_ft"], _, trainer = update(cfg, tok, full, trajs, skills, device, torch.float32)
+    result["full_ft"], trainer = update(cfg, tok, full, trajs, skills, device, torch.float32)
     policy = trainer.policy
     trainer.model.eval()  # as the RL stage's rollouts and re-scoring run it (no dropout, KV cache on)
     steps = [(policy.encode_prompt(s.prompt), s.response_ids) for t in trajs for s in t.steps]
@@ -157,11 +157,11 @@ def main() -> None:
     gens = policy.generate(prompts, temperature=1.0, max_new_tokens=args.response_tokens, seed=0)
     result["generate_tokens_per_s"] = round(sum(len(g.token_ids) for g in gens) / (time.perf_counter() - t0), 1)
     del trainer, policy
-    result["full_ft_bf16_weights"], _, trainer = update(cfg, tok, full, trajs, skills, device, half)
+    result["full_ft_bf16_weights"], trainer = update(cfg, tok, full, trajs, skills, device, half)
     del trainer
 
     lora = params_from_dict({"rl": {**rl, "lora_r": 16, "learning_rate": 1e-5}})
-    result["lora"], _, trainer = update(cfg, tok, lora, trajs, skills, device, half)
+    result["lora"], trainer = update(cfg, tok, lora, trajs, skills, device, half)
     result["all_on_device"] = all(result[k]["on_device"] for k in ("full_ft", "full_ft_bf16_weights", "lora"))
     print(json.dumps(result))
 

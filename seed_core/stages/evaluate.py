@@ -39,9 +39,10 @@ def evaluate_model(
     games: dict[str, list[GameEntry]],
     params: Params,
     name: str,
-    traj_dir: Path | None,
+    traj_dir: Path,
 ) -> dict[str, dict[str, dict[str, float]]]:
-    """{split: {mode: metrics}} for one model; its trajectories to `traj_dir/<split>/<mode>-s<seed>.jsonl`. Both splits play in the same lock-step batches (one rollout per
+    """{split: {mode: metrics}} for one model; its trajectories to `traj_dir/<split>/<mode>-s<seed>.jsonl`. Both
+    splits play in the same lock-step batches (one rollout per
     mode and seed): a batch of 12 episodes costs little more than one of 6 on a CPU."""
     cfg = params.evaluate
     entries = [e for split in games.values() for e in split]
@@ -74,8 +75,7 @@ def evaluate_model(
             for split, split_entries in games.items():
                 ids = {e.game_id for e in split_entries}
                 part = [t for t in trajs if t.game_id in ids]
-                if traj_dir is not None:
-                    write_jsonl(traj_dir / split / f"{mode}-s{seed}.jsonl", part)
+                write_jsonl(traj_dir / split / f"{mode}-s{seed}.jsonl", part)
                 runs[split].setdefault(mode, []).append(summarize(part))
     return {
         split: {mode: (r[0] | {"runs": 1}) if mode == "greedy" else average_runs(r) for mode, r in modes.items()}
