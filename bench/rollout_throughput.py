@@ -4,8 +4,11 @@ Measured in one run, on the same prompts and games:
 - generation: plain HF `generate` (fp32, batch in arrival order, padded to the longest prompt, no early stop)
   versus our backend (dtype picked per machine, prompts bucketed by length, stop after </action>);
 - rollouts: one episode at a time versus 8 and 16 episodes in lock-step (env steps/s, generated tokens/s);
-- environment: walkthrough replay with 1 versus 2 worker processes (env steps/s).
-Absolute times on shared machines are noisy; read the ratios.
+- environment: walkthrough replay with 1 versus 2 worker processes (env steps/s);
+- backends: the HF backend versus an in-process vLLM engine (`rollout.backend: vllm`) in the same dtype, on the same
+  step prompts passed as token ids (generated tokens/s, 48 new tokens, stop at </action>), and in lock-step rollouts
+  of 16 and 48 episodes (env steps/s). vLLM runs last: its CPU build pins this process's OpenMP threads.
+`--backends-only` measures the backends alone. Absolute times on shared machines are noisy; read the ratios.
 """
 
 from __future__ import annotations
@@ -70,13 +73,14 @@ def plain_generate_tps(model, tok, prompts: list[str], batch: int, max_new: int)
     return n_tokens / (time.perf_counter() - t0)
 
 
-def ours_tps(policy: HFPolicy, prompts: list[str], max_new: int) -> float:
+def ours_tps(policy, prompts: list[str], max_new: int) -> float:
     t0 = time.perf_counter()
     gens = policy.generate(prompts, temperature=1.0, max_new_tokens=max_new, stop=STOP, seed=0)
     return sum(len(g.token_ids) for g in gens) / (time.perf_counter() - t0)
 
 
 def rollout_rates(policy, root, entries, episodes: int, max_steps: int, max_new: int) -> tuple[float, float]:
+    """(env steps/s, generated tokens/s) playing `entries` `episodes` at a time in lock-step."""
     env = EnvConfig(max_steps=max_steps, history_length=5, workers=2)
     gen = SamplingConfig(temperature=1.0, max_new_tokens=max_new, batch_size=16)
     with EnvPool(root, env.workers) as pool:
@@ -117,6 +121,45 @@ def env_rate(root, games: list[str], workers: int) -> float:
         return n / (time.perf_counter() - t0)
 
 
+def backend_rates(policy, engine, prompts, root, entries, args) -> dict:
+    """Generation and lock-step rollouts, HF then vLLM, on the same prompts and games."""
+    out: dict = {}
+    for name, sampler in (("hf", policy), ("vllm", engine)):
+        if sampler is None:
+            sampler = engine_for(args.model, policy)
+        ours_tps(sampler, prompts[:4], 8)  # warm-up: first-call allocations, the engine's first batch
+        out[name] = {"gen_tokens_per_s": ours_tps(sampler, prompts, args.max_new_tokens)}
+        for n in (16, 48):
+            steps, tokens = rollout_rates(sampler, root, entries[:n], n, args.max_steps, args.max_new_tokens)
+            out[name][f"rollout_b{n}"] = {"env_steps_per_s": steps, "tokens_per_s": tokens}
+    hf, vl = out["hf"], out["vllm"]
+    return {
+        "backend_gen_tokens_per_s": {k: round(v["gen_tokens_per_s"], 2) for k, v in out.items()},
+        "backend_gen_speedup_vllm_vs_hf": round(vl["gen_tokens_per_s"] / hf["gen_tokens_per_s"], 3),
+        **{
+            f"backend_rollout_b{n}_env_steps_per_s": {
+                k: round(v[f"rollout_b{n}"]["env_steps_per_s"], 3) for k, v in out.items()
+            }
+            for n in (16, 48)
+        },
+        **{
+            f"backend_rollout_b{n}_speedup_vllm_vs_hf": round(
+                vl[f"rollout_b{n}"]["env_steps_per_s"] / hf[f"rollout_b{n}"]["env_steps_per_s"], 3
+            )
+            for n in (16, 48)
+        },
+    }
+
+
+def engine_for(model_dir: str, policy: HFPolicy):
+    from seed_core.policy.vllm import VLLMPolicy
+
+    t0 = time.perf_counter()
+    engine = VLLMPolicy(model_dir, policy, dtype=policy.model.dtype, device="cpu", seed=0, max_new_tokens=256)
+    print(f"vLLM engine started in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return engine
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -125,17 +168,27 @@ def main() -> None:
     ap.add_argument("--games", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--max-steps", type=int, default=2)
+    ap.add_argument("--backends-only", action="store_true", help="measure the HF and vLLM backends only")
     args = ap.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
 
     root = data_root(None, REPO)
-    games = stratified_subset(list_games(root, "valid_seen"), args.games, seed=0)
+    games = stratified_subset(list_games(root, "valid_seen"), max(args.games, 48), seed=0)
     entries = write_manifest(Path("/tmp/seed-bench-manifest.json"), root, games)
+    games, entries48 = games[: args.games], entries
+    entries = entries[: args.games]
     prompts = real_prompts(root, games)
+    dtype = pick_dtype("auto")
+
+    if args.backends_only:
+        model, tok = load_model(args.model, dtype=dtype)
+        policy = HFPolicy(model, tok, batch_size=16)
+        rates = backend_rates(policy, None, prompts, root, entries48, args)
+        print(json.dumps({"bench": "rollout_throughput", "dtype": str(dtype).replace("torch.", ""), **rates}))
+        return
 
     fp32, tok = load_model(args.model, dtype=torch.float32)
     baseline = plain_generate_tps(fp32, tok, prompts, 16, args.max_new_tokens)
-    dtype = pick_dtype("auto")
     model, tok = load_model(args.model, dtype=dtype)
     policy = HFPolicy(model, tok, batch_size=16)
     ours = ours_tps(policy, prompts, args.max_new_tokens)
@@ -144,6 +197,7 @@ def main() -> None:
     r8 = rollout_rates(policy, root, entries, 8, args.max_steps, args.max_new_tokens)
     r16 = rollout_rates(policy, root, entries, 16, args.max_steps, args.max_new_tokens)
     e1, e2 = env_rate(root, games[:8], 1), env_rate(root, games[:8], 2)
+    rates = backend_rates(policy, None, prompts, root, entries48, args)
 
     print(
         json.dumps(
@@ -160,6 +214,7 @@ def main() -> None:
                 "rollout_speedup_b16_vs_b1": round(r16[0] / r1[0], 3),
                 "env_steps_per_s": {"workers1": round(e1, 2), "workers2": round(e2, 2)},
                 "env_speedup_2_vs_1_workers": round(e2 / e1, 3),
+                **rates,
             }
         )
     )

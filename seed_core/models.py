@@ -113,7 +113,7 @@ def looks_local(path: str | Path) -> bool:
 
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
     """(model, tokenizer) from an HF folder or id; a missing folder is a ModelError saying what to run."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     p = Path(path)
     if looks_local(path) and not (p / "config.json").exists():
@@ -127,7 +127,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
             "in a setting you trust: load it with transformers and `save_pretrained(folder, safe_serialization=True)`"
         )
     try:
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = load_tokenizer(path)
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True).to(device)
     except Exception as e:
         if not isinstance(e, OSError) and type(e).__name__ != "SafetensorError":
@@ -141,7 +141,15 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
             f"cannot load model {path!r} ({e}); give model.name_or_path a local folder, or set "
             "HF_HUB_OFFLINE=0 with network access to fetch an HF id"
         ) from e
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
     model.eval()
     return model, tok
+
+
+def load_tokenizer(path: str | Path):
+    """The checkpoint's tokenizer, with a pad token (its EOS when it names none)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok

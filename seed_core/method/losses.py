@@ -13,6 +13,13 @@ Where this departs from, or pins down, the paper (Stage 2, step 5):
   OPD term's scale per token does not grow when fewer analyses succeed, and it shares its denominator
   with the PPO term it is added to.
 - gate="constant" (g = 0.5 everywhere) gives the GRPO+OPSD baseline, i.e. beta = 0.
+- Sampler/trainer mismatch: when another engine samples (vLLM), its log-probs of the sampled tokens differ from
+  the trainer's pi_old (other kernels, other precision), so the rollouts are slightly off-policy. The
+  policy-gradient term is then weighted per token by truncated importance sampling, w = min(exp(pi_old -
+  sampler), C) (Yao et al., "Your efficient RL framework secretly brings you off-policy RL training", 2025; verl
+  and trl do the same), detached: the token-level correction is cheap, unbiased where w < C, and the cap C bounds
+  the variance a rare token with a tiny sampler probability would add. KL and OPD terms are not weighted: they
+  compare the trainer with itself.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ def ppo_clip_loss(
     mask: torch.Tensor,
     clip_eps: float = 0.2,
     dual_clip_c: float | None = 3.0,
+    is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with optional dual clip, token-mean aggregated.
 
@@ -63,6 +71,8 @@ def ppo_clip_loss(
         mask: (B, T) bool/float, valid response tokens.
         clip_eps: clip range of the ratio.
         dual_clip_c: dual-clip constant (> 1), or None to disable.
+        is_weights: (B, T) per-token importance weights (`truncated_is_weights`) multiplying each token's loss, or
+            None.
 
     Returns:
         loss: scalar.
@@ -80,6 +90,8 @@ def ppo_clip_loss(
         bound = -advantages * dual_clip_c
         dual_clipped = (advantages < 0) & (pg > bound)
         pg = torch.where(dual_clipped, bound, pg)
+    if is_weights is not None:
+        pg = pg * is_weights.detach()
     with torch.no_grad():
         stats = {
             "clip_frac": masked_mean((clipped > unclipped).float(), mask).item(),
@@ -87,6 +99,42 @@ def ppo_clip_loss(
             "approx_kl": masked_mean(-log_ratio, mask).item(),
         }
     return masked_mean(pg, mask), stats
+
+
+def truncated_is_weights(old_logp: torch.Tensor, sampler_logp: torch.Tensor, cap: float = 2.0) -> torch.Tensor:
+    """Per-token truncated importance weights min(exp(old_logp - sampler_logp), cap), detached.
+
+    Args:
+        old_logp: (B, T) pi_old's log-probs of the sampled tokens, computed by the trainer.
+        sampler_logp: (B, T) the sampler's log-probs of the same tokens (the distribution it sampled from).
+        cap: C >= 1, the largest weight.
+
+    Returns:
+        (B, T) weights in [0, cap].
+    """
+    log_ratio = (old_logp - sampler_logp).detach().clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    return log_ratio.exp().clamp(max=cap)
+
+
+def sampler_mismatch(old_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """How far the sampler's log-probs are from the trainer's on the sampled tokens.
+
+    Args:
+        old_logp: (B, T) trainer log-probs; sampler_logp: (B, T) sampler log-probs; mask: (B, T) valid tokens.
+
+    Returns:
+        "mismatch/abs_mean" and "mismatch/abs_max" of |old - sampler|, and "mismatch/k3", the token-mean k3 estimate
+        of KL(sampler || trainer) from the sampler's own samples: r - 1 - log r with r = exp(old - sampler).
+        Python floats, 0.0 without valid tokens.
+    """
+    with torch.no_grad():
+        diff = (old_logp - sampler_logp).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+        valid = mask.bool()
+        return {
+            "mismatch/abs_mean": masked_mean(diff.abs(), valid).item(),
+            "mismatch/abs_max": diff.abs()[valid].max().item() if valid.any() else 0.0,
+            "mismatch/k3": masked_mean(diff.exp() - 1 - diff, valid).item(),
+        }
 
 
 def kl_low_var(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from seed_core.method.prompts import SKILL_BLOCK, inject_skill
-from seed_core.policy.hf import HFPolicy
+from seed_core.policy.hf import ChatEncoder, HFPolicy
 from seed_core.records import Trajectory
 
 
@@ -30,6 +30,7 @@ class StepTokens:
     prompt_ids: list[int]  # ordinary context h_t (chat template applied, truncated)
     teacher_ids: list[int] | None  # skill context h~_t, or None when the trajectory has no skill
     response_ids: list[int]  # a_t, identical in both contexts
+    sampler_logp: list[float]  # the sampler's log-probs of a_t, as recorded while playing
 
     @property
     def length(self) -> int:
@@ -38,7 +39,7 @@ class StepTokens:
 
 
 def step_tokens(
-    policy: HFPolicy, trajs: Sequence[Trajectory], skills: Sequence[str | None], template: str = SKILL_BLOCK
+    policy: ChatEncoder, trajs: Sequence[Trajectory], skills: Sequence[str | None], template: str = SKILL_BLOCK
 ) -> list[StepTokens]:
     """Token ids of every step's two contexts; `skills[i]` is trajectory i's skill text or None."""
     out = []
@@ -50,7 +51,7 @@ def step_tokens(
             plain = policy.encode_full(s.prompt)
             cut = max(0, len(plain) - cap)
             teacher = policy.encode_full(inject_skill(s.prompt, skill, template))[cut:] if skill else None
-            out.append(StepTokens(i, k, plain[cut:], teacher, list(s.response_ids)))
+            out.append(StepTokens(i, k, plain[cut:], teacher, list(s.response_ids), list(s.response_logprobs)))
     return out
 
 

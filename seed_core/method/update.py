@@ -11,7 +11,12 @@ then `Trainer.learn(trajs, index)`, which the RL stage, `bench/rl_update.py` and
      detached, before any weight changes;
   5. advantages: GRPO trajectory advantage broadcast to every token of every step (or GiGPO);
   6. PPO epochs over mini-batches: L = L_pg + kl_coef * L_kl - entropy_coef * H + lambda * L_opd, with
-     gradient clipping; the updated weights are the next actor and the next analyzer.
+     gradient clipping; the updated weights are the next actor and the next analyzer (a vLLM sampler is synced
+     to them before it samples again).
+
+Sampling (steps 2 and 3) goes through `sampler`, the HF policy itself or a vLLM engine; everything scored (step 4)
+and trained (step 6) goes through the trainer's own forward pass. With a vLLM sampler the policy gradient is
+weighted by truncated importance sampling against the sampler's recorded log-probs (`rl.tis`, see `losses`).
 
 Departures, each a parameter: the embedded default trains LoRA adapters (the paper fine-tunes all weights at
 lr 1e-6); the KL reference of a LoRA run is the adapter-off model, i.e. the starting checkpoint; an update
@@ -25,6 +30,7 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -37,7 +43,9 @@ from seed_core.method import losses
 from seed_core.method.rescore import StepTokens, score_steps, step_tokens
 from seed_core.method.skills import PARSED, analyze
 from seed_core.method.teachers import PolicyTeacher
+from seed_core.policy import Policy
 from seed_core.policy.hf import HFPolicy, micro_batches
+from seed_core.policy.vllm import VLLMPolicy
 from seed_core.records import Skill, Trajectory
 from seed_core.rollout import play, summarize
 from seed_core.runtime import peak_rss_mb
@@ -91,7 +99,16 @@ class DeltaStats:
 class Trainer:
     """The policy (LoRA adapters or full weights), its optimizer, and one `update` in paper order."""
 
-    def __init__(self, model, tokenizer, params: Params, fixed_skills: dict[str, str] | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        params: Params,
+        fixed_skills: dict[str, str] | None = None,
+        sampler_dir: Path | None = None,
+    ):
+        """`sampler_dir`: the checkpoint `model` was loaded from; with `rollout.backend: vllm` the engine starts
+        from it (the LoRA adapters start at zero, so both serve the same weights until the first sync)."""
         self.cfg: RLConfig = params.rl
         self.params = params
         self.spec = method_spec(self.cfg.method)
@@ -114,6 +131,15 @@ class Trainer:
         self.model = model
         gen = params.rollout
         self.policy = HFPolicy(model, tokenizer, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens)
+        self.sampler: Policy = self.policy
+        if gen.backend == "vllm":
+            if sampler_dir is None:
+                raise ValueError(
+                    "rollout.backend vllm: the trainer needs the checkpoint folder to start the engine from"
+                )
+            new_tokens = max(gen.max_new_tokens, self.cfg.analyzer_max_new_tokens)
+            self.sampler = VLLMPolicy.from_params(sampler_dir, self.policy, params, self.cfg.seed, new_tokens)
+        self.tis = self.cfg.tis == "on" or (self.cfg.tis == "auto" and gen.backend == "vllm")
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.trainable, lr=self.cfg.learning_rate, weight_decay=0.0)
         self.nonfinite_in_row = 0
@@ -126,7 +152,7 @@ class Trainer:
 
         t0 = time.perf_counter()  # 2. collect
         trajs = play(
-            self.policy, pool, games, group_size=self.cfg.group_size, env=self.params.env, gen=self.params.rollout,
+            self.sampler, pool, games, group_size=self.cfg.group_size, env=self.params.env, gen=self.params.rollout,
             seed=self.cfg.seed * 100_003 + index, tag=f"rl/u{index:04d}", progress=False,
         )  # fmt: skip
         rollout_s = time.perf_counter() - t0
@@ -148,6 +174,9 @@ class Trainer:
             skills, skill_metrics = self.analyze(trajs, index)
         t["time/analysis_s"] = time.perf_counter() - t0
 
+        if isinstance(self.sampler, VLLMPolicy):
+            self.sampler.sleep()  # no-op unless vllm.sleep: the GPU is the trainer's until the sync
+
         t0 = time.perf_counter()  # 4. re-score and 5. advantages
         batch = self.build_batch(trajs, skills)
         t["time/rescore_s"] = time.perf_counter() - t0
@@ -155,11 +184,22 @@ class Trainer:
         t0 = time.perf_counter()  # 6. optimize
         loss_metrics, deltas = self.optimize(batch, index)
         t["time/update_s"] = time.perf_counter() - t0
+        t["time/sync_s"] = self.sync_sampler()
 
         metrics = {**skill_metrics, **loss_metrics, **t, "memory/peak_rss_mb": peak_rss_mb()}
         if torch.cuda.is_available():
             metrics["memory/peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
         return metrics, skill_corpus(batch, deltas, index)
+
+    def close(self) -> None:
+        """Shut down a vLLM sampler (the HF one needs nothing)."""
+        if isinstance(self.sampler, VLLMPolicy):
+            self.sampler.close()
+            self.sampler = self.policy
+
+    def sync_sampler(self) -> float:
+        """Make the sampler serve the current weights (after each update and after a checkpoint loads); seconds."""
+        return self.sampler.sync(self.model) if isinstance(self.sampler, VLLMPolicy) else 0.0
 
     def build_batch(self, trajs: list[Trajectory], skills: list[Skill | None]) -> Batch:
         """Steps 4 and 5: every step's tokens, its pi_old, reference and teacher log-probs, and its advantage."""
@@ -181,7 +221,7 @@ class Trainer:
             ]  # fmt: skip
             return skills, {"skills/parse_rate": 1.0, "skills/length_chars": _mean([len(s.skill) for s in skills])}
         # Skills are JSON objects; stopping at the first closing brace saves most of the analyzer's tokens.
-        teacher = PolicyTeacher(self.policy, f"policy:u{index:04d}", self.cfg.analyzer_max_new_tokens, stop=("}",))
+        teacher = PolicyTeacher(self.sampler, f"policy:u{index:04d}", self.cfg.analyzer_max_new_tokens, stop=("}",))
         skills, stats = analyze(trajs, teacher, reask=False, max_skill_chars=self.cfg.max_skill_chars)
         parsed = [s for s in skills if s.parse_status in PARSED]
         return skills, {
@@ -239,6 +279,7 @@ class Trainer:
         self.model.train()
         g = torch.Generator().manual_seed(cfg.seed * 7_919 + index)
         sums: dict[str, float] = {}
+        maxima: dict[str, float] = {}
         deltas: dict[int, DeltaStats] = {}
         tokens_seen = 0
         grad_norms, skipped = [], 0
@@ -257,7 +298,10 @@ class Trainer:
                         break
                     (loss * (n / n_tokens)).backward()
                     for k, v in stats.items():
-                        sums[k] = sums.get(k, 0.0) + v * n
+                        if k.endswith("_max"):
+                            maxima[k] = max(maxima.get(k, v), v)
+                        else:
+                            sums[k] = sums.get(k, 0.0) + v * n
                     tokens_seen += n
                     for i, d in mb_deltas.items():
                         deltas.setdefault(i, d)  # pi_old is fixed: every pass over a step gives the same
@@ -282,7 +326,7 @@ class Trainer:
                 grad_norms.append(float(norm))
                 self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        out = {k: v / max(tokens_seen, 1) for k, v in sums.items()}
+        out = {k: v / max(tokens_seen, 1) for k, v in sums.items()} | maxima
         out["train/grad_norm"] = _mean(grad_norms)
         out["train/skipped_steps"] = float(skipped)
         return out, deltas
@@ -308,13 +352,18 @@ class Trainer:
             else pad_sequence([batch.old_logp[i] for i in ids], batch_first=True)
         )
         advantage = batch.advantage[ids].to(dev)[:, None].expand_as(logp)
-        pg, pg_stats = losses.ppo_clip_loss(logp, old, advantage, mask, cfg.clip_eps, cfg.dual_clip_c)
+        sampler = pad_sequence([torch.tensor(s.sampler_logp, device=dev) for s in steps], batch_first=True)
+        weights = losses.truncated_is_weights(old, sampler, cfg.tis_cap) if self.tis else None
+        pg, pg_stats = losses.ppo_clip_loss(logp, old, advantage, mask, cfg.clip_eps, cfg.dual_clip_c, weights)
         loss = pg
         stats = {
             "loss/pg": pg.item(),
             "train/clip_frac": pg_stats["clip_frac"],
             "train/approx_kl": pg_stats["approx_kl"],
+            **losses.sampler_mismatch(old, sampler, mask),
         }
+        if weights is not None:
+            stats["train/tis_capped_frac"] = losses.masked_mean((weights >= cfg.tis_cap).float(), mask).item()
         if batch.ref_logp is not None:
             kl = losses.kl_loss(logp, pad_sequence([batch.ref_logp[i] for i in ids], batch_first=True), mask)
             loss = loss + cfg.kl_coef * kl

@@ -1,23 +1,27 @@
-"""Policy backends: batched generation and per-token log-probs behind one protocol.
+"""Sampling backends behind one protocol: `hf.HFPolicy` (transformers) and `vllm.VLLMPolicy` (an in-process engine).
 
-Prompts are user-message texts; each backend applies its model's chat template itself, so the same prompt
-strings (and the skill-injected ones) work with the HF backend on CPU and a vLLM backend on GPU.
+Prompts are user-message texts; every backend turns them into token ids with the same `hf.ChatEncoder`, so the
+sampled prompt tokens are the ones the trainer re-scores. Scoring (pi_old, reference, teacher log-probs) and the
+update always run on `HFPolicy.score`, the trainer's own forward pass, whichever backend sampled.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
-import torch
+if TYPE_CHECKING:
+    from seed_core.config import Params, SamplingConfig
 
 
 @dataclass
 class Generation:
     text: str  # decoded response, cut right after the first stop string when one was hit
     token_ids: list[int]  # response token ids, same cut
-    logprobs: list[float]  # log pi(token | prompt, previous tokens) at temperature 1, one per token id
+    logprobs: list[float]  # the sampler's log-prob of each token id (HF: temperature 1; vLLM: the distribution sampled)
     finished: bool  # True when a stop string or EOS ended it, False when max_new_tokens cut it
 
 
@@ -35,6 +39,27 @@ class Policy(Protocol):
         """One response per prompt; temperature 0 means greedy."""
         ...
 
-    def token_logprobs(self, prompts: Sequence[str], responses: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-        """Per-token log-probs (T=1) of the given response tokens under the given prompts: one 1-D tensor each."""
-        ...
+
+@contextmanager
+def open_sampler(
+    model_dir: Path, params: Params, gen: SamplingConfig, seed: int, max_new_tokens: int | None = None
+) -> Iterator[Policy]:
+    """The sampler `gen.backend` names for the checkpoint in `model_dir` (on `model.device`), shut down on exit.
+
+    vLLM loads the weights itself; its prompts still come from the trainer's encoder (the checkpoint's tokenizer).
+    `max_new_tokens` bounds every answer the engine will be asked for (default `gen.max_new_tokens`)."""
+    from seed_core.models import load_for, load_tokenizer
+    from seed_core.policy.hf import ChatEncoder, HFPolicy
+
+    if gen.backend == "hf":
+        model, tok = load_for(model_dir, params.model)
+        yield HFPolicy(model, tok, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens)
+        return
+    from seed_core.policy.vllm import VLLMPolicy
+
+    encoder = ChatEncoder(load_tokenizer(model_dir), gen.max_prompt_tokens)
+    engine = VLLMPolicy.from_params(model_dir, encoder, params, seed, max_new_tokens or gen.max_new_tokens)
+    try:
+        yield engine
+    finally:
+        engine.close()

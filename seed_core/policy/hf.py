@@ -112,22 +112,13 @@ def sequence_logprobs(
     return out
 
 
-class HFPolicy:
-    """The `Policy` protocol over a transformers causal LM (CPU or one GPU)."""
+class ChatEncoder:
+    """User-message text -> chat-template token ids: the one encoder of every prompt that is sampled or scored, so the
+    HF and vLLM backends and the re-scoring see identical prompt tokens."""
 
-    def __init__(
-        self, model, tokenizer, *, batch_size: int = 16, max_prompt_tokens: int = 2048, score_tokens: int = 8192
-    ):
-        self.model = model
+    def __init__(self, tokenizer, max_prompt_tokens: int = 2048):
         self.tok = tokenizer
-        self.batch_size = batch_size
         self.max_prompt_tokens = max_prompt_tokens
-        self.score_tokens = score_tokens  # tokens per scoring micro-batch
-        self.device = next(model.parameters()).device
-        # On CUDA every forward pass runs under autocast (bf16 where supported): fp32 master weights of a full
-        # fine-tuning run then cost fp32 memory only, not fp32 compute. The CPU computes in the weights' dtype.
-        half = torch.bfloat16 if self.device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float16
-        self.autocast = functools.partial(torch.autocast, "cuda", dtype=half, enabled=self.device.type == "cuda")
 
     def encode_full(self, prompt: str) -> list[int]:
         """Chat-template token ids of one user message, ending with the assistant header, untruncated.
@@ -161,6 +152,23 @@ class HFPolicy:
     def encode_prompt(self, prompt: str) -> list[int]:
         """`encode_full`, keeping the last `max_prompt_tokens` tokens."""
         return self.encode_full(prompt)[-self.max_prompt_tokens :]
+
+
+class HFPolicy(ChatEncoder):
+    """The `Policy` protocol over a transformers causal LM (CPU or one GPU)."""
+
+    def __init__(
+        self, model, tokenizer, *, batch_size: int = 16, max_prompt_tokens: int = 2048, score_tokens: int = 8192
+    ):
+        super().__init__(tokenizer, max_prompt_tokens)
+        self.model = model
+        self.batch_size = batch_size
+        self.score_tokens = score_tokens  # tokens per scoring micro-batch
+        self.device = next(model.parameters()).device
+        # On CUDA every forward pass runs under autocast (bf16 where supported): fp32 master weights of a full
+        # fine-tuning run then cost fp32 memory only, not fp32 compute. The CPU computes in the weights' dtype.
+        half = torch.bfloat16 if self.device.type == "cuda" and torch.cuda.is_bf16_supported() else torch.float16
+        self.autocast = functools.partial(torch.autocast, "cuda", dtype=half, enabled=self.device.type == "cuda")
 
     # ------------------------------------------------------------------ generation
 

@@ -42,8 +42,7 @@ from seed_core.envs.alfworld.env import EnvPool
 from seed_core.envs.alfworld.oracle import OracleTeacher
 from seed_core.method.skills import PARSE_STATUSES, PARSED, AnalysisStats, TrajectoryTeacher, analyze, analyzer_prompt
 from seed_core.method.teachers import OpenAITeacher, Teacher, checkpoint_teacher
-from seed_core.models import load_for
-from seed_core.policy.hf import HFPolicy
+from seed_core.policy import open_sampler
 from seed_core.records import Skill, Trajectory, publish_dir, write_json, write_jsonl
 from seed_core.rollout import play
 from seed_core.runtime import seed_everything
@@ -205,27 +204,24 @@ def run_build_sft_data(
     # The openai cache is a DVC output: it must exist even when nothing was asked (DVC refuses a missing out).
     Path(params.teacher.cache_dir).mkdir(parents=True, exist_ok=True)
 
-    model, tok = load_for(model_dir, params.model)
-    policy = HFPolicy(
-        model, tok, batch_size=params.rollout.batch_size, max_prompt_tokens=params.rollout.max_prompt_tokens
-    )
     trajs: list[Trajectory] = []
-    for c, s in enumerate(range(0, len(games), ROLLOUT_CHUNK_GAMES)):
-        seed = cfg.seed * 1009 + c
-        seed_everything(seed)
-        with EnvPool(root, params.env.workers) as pool:
-            trajs += play(
-                policy,
-                pool,
-                games[s : s + ROLLOUT_CHUNK_GAMES],
-                group_size=cfg.samples,
-                env=params.env,
-                gen=params.rollout,
-                seed=seed,
-                tag=f"sft/c{c}",
-                progress=progress,
-            )
-    del model, policy
+    with open_sampler(model_dir, params, params.rollout, cfg.seed) as policy:
+        for c, s in enumerate(range(0, len(games), ROLLOUT_CHUNK_GAMES)):
+            seed = cfg.seed * 1009 + c
+            seed_everything(seed)
+            with EnvPool(root, params.env.workers) as pool:
+                trajs += play(
+                    policy,
+                    pool,
+                    games[s : s + ROLLOUT_CHUNK_GAMES],
+                    group_size=cfg.samples,
+                    env=params.env,
+                    gen=params.rollout,
+                    seed=seed,
+                    tag=f"sft/c{c}",
+                    progress=progress,
+                )
+    del policy  # its memory is not needed while labelling
     t_rollout = time.perf_counter()
 
     skills, stats = label(trajs, teacher, cfg.max_skill_chars, progress)

@@ -14,8 +14,7 @@ from pathlib import Path
 from seed_core.config import Params, SamplingConfig
 from seed_core.envs import GameEntry, GamePool, open_pool
 from seed_core.envs.alfworld.data import data_root, read_manifest
-from seed_core.models import load_for
-from seed_core.policy.hf import HFPolicy
+from seed_core.policy import Policy, open_sampler
 from seed_core.records import publish_dir, write_json, write_jsonl
 from seed_core.rollout import play, summarize
 from seed_core.runtime import seed_everything
@@ -34,7 +33,7 @@ def average_runs(runs: Sequence[dict[str, float]]) -> dict[str, float]:
 
 
 def evaluate_model(
-    policy: HFPolicy,
+    policy: Policy,
     pool: GamePool,
     games: dict[str, list[GameEntry]],
     params: Params,
@@ -61,6 +60,7 @@ def evaluate_model(
                 max_new_tokens=cfg.generation.max_new_tokens,
                 max_prompt_tokens=cfg.generation.max_prompt_tokens,
                 batch_size=cfg.generation.batch_size,
+                backend=cfg.generation.backend,
             )
             trajs = play(
                 policy,
@@ -91,11 +91,11 @@ def run_evaluate(
     One DVC stage per model (`evaluate@<name>`), so a change to the RL stage re-scores models/rl only."""
     root = data_root(params.data.alfworld_data)
     games = {s: read_manifest(manifest_dir / f"{s}.json", root) for s in SPLITS}
-    model, tok = load_for(model_dir, params.model)
-    gen = params.evaluate.generation
-    policy = HFPolicy(model, tok, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens)
     results = {}
-    with open_pool(root, params.env.workers) as pool:
+    with (
+        open_sampler(model_dir, params, params.evaluate.generation, params.evaluate.seed) as policy,
+        open_pool(root, params.env.workers) as pool,
+    ):
         publish_dir(traj_dir / name, lambda tmp: results.update(evaluate_model(policy, pool, games, params, name, tmp)))
     write_json(metrics_path, results)
     return results

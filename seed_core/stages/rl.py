@@ -172,10 +172,11 @@ class RLRun:
 
         seed_everything(cfg.seed)
         model, self.tok = load_for(init_dir, params.model, full_finetune=cfg.lora_r is None)
-        self.trainer = Trainer(model, self.tok, params, fixed)
+        self.trainer = Trainer(model, self.tok, params, fixed, sampler_dir=init_dir)
         done = epoch_dirs(run_dir, cfg.epochs)
         if done:
             load_epoch(self.trainer, done[-1])
+            self.trainer.sync_sampler()
             log(f"resuming after {done[-1].name}")
         self.done = len(done)
         self.pool = open_pool(self.root, params.env.workers)
@@ -206,7 +207,7 @@ class RLRun:
         if self.panel:
             trainer.model.eval()
             val = play(
-                trainer.policy,
+                trainer.sampler,
                 self.pool,
                 self.panel,
                 group_size=1,
@@ -231,6 +232,7 @@ class RLRun:
         """The final model (adapters merged into plain weights) and the run's metrics files."""
         self.pool.close()
         self.tracker.finish()
+        self.trainer.close()
         model = self.trainer.model
         final = model.merge_and_unload() if self.cfg.lora_r is not None else model
 

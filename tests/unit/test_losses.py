@@ -5,7 +5,16 @@ import math
 import pytest
 import torch
 
-from seed_core.method.losses import entropy_bonus, gated_opd_loss, kl_loss, kl_low_var, masked_mean, ppo_clip_loss
+from seed_core.method.losses import (
+    entropy_bonus,
+    gated_opd_loss,
+    kl_loss,
+    kl_low_var,
+    masked_mean,
+    ppo_clip_loss,
+    sampler_mismatch,
+    truncated_is_weights,
+)
 
 
 def sigmoid(x: float) -> float:
@@ -248,3 +257,36 @@ def test_opd_no_active_tokens_gives_zero_stats():
         "opd/gate_gt_half_ratio": 0.0,
         "opd/delta_mean": 0.0,
     }
+
+
+def test_truncated_is_weights_hand_values():
+    old = torch.tensor([[-1.0, -2.0, -0.5]])
+    sampler = torch.tensor([[-1.0, -1.0, -3.0]])  # ratios e^0, e^-1, e^2.5 (capped at 2)
+    w = truncated_is_weights(old, sampler, cap=2.0)
+    torch.testing.assert_close(w, torch.tensor([[1.0, math.exp(-1.0), 2.0]]))
+
+
+def test_is_weights_scale_each_tokens_policy_gradient():
+    logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    adv = torch.ones(1, 2)
+    mask = torch.ones(1, 2, dtype=torch.bool)
+    w = torch.tensor([[0.5, 2.0]])
+    loss, _ = ppo_clip_loss(logp, logp.detach(), adv, mask, is_weights=w)
+    loss.backward()
+    # at ratio 1 the unclipped term's gradient is -A * r / n = -1/2 per token, times the token's weight
+    torch.testing.assert_close(logp.grad, torch.tensor([[-0.25, -1.0]]))
+    plain = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    ppo_clip_loss(plain, plain.detach(), adv, mask)[0].backward()
+    torch.testing.assert_close(plain.grad, torch.tensor([[-0.5, -0.5]]))
+
+
+def test_sampler_mismatch_hand_values():
+    old = torch.tensor([[-1.0, -2.0, 9.0]])
+    sampler = torch.tensor([[-1.5, -1.0, 0.0]])
+    mask = torch.tensor([[True, True, False]])
+    m = sampler_mismatch(old, sampler, mask)
+    d = torch.tensor([0.5, -1.0])
+    assert m["mismatch/abs_mean"] == pytest.approx(0.75)
+    assert m["mismatch/abs_max"] == pytest.approx(1.0)  # the padded 9.0 is ignored
+    assert m["mismatch/k3"] == pytest.approx(float((d.exp() - 1 - d).mean()))
+    assert sampler_mismatch(old, sampler, torch.zeros(1, 3, dtype=torch.bool))["mismatch/abs_max"] == 0.0
