@@ -43,7 +43,7 @@ from seed_core.stages.rl import INIT, games_for_update  # noqa: E402
 def trainer(params, model_dir, method):
     params = dataclasses.replace(params, rl=dataclasses.replace(params.rl, method=method))
     model, tok = load_for(model_dir, params.model, full_finetune=params.rl.lora_r is None)
-    return Trainer(model, tok, params)
+    return Trainer(model, tok, params, sampler_dir=model_dir)  # the sampler `rollout.backend` names
 
 
 def worker(mode: str, params_path: str, model_dir: Path, batch_path: Path) -> dict:
@@ -93,7 +93,7 @@ def main() -> None:
     with open_pool(root, params.env.workers) as pool:
         start = time.perf_counter()
         trajs = play(
-            t.policy,
+            t.sampler,
             pool,
             games_for_update(train, params.rl, 0),
             group_size=params.rl.group_size,
@@ -105,6 +105,7 @@ def main() -> None:
         )
         collect_s = time.perf_counter() - start
     write_jsonl(args.batch, trajs)
+    t.close()
     del t
 
     res = {}

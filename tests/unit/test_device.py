@@ -26,3 +26,17 @@ def test_cuda_without_a_gpu_is_refused_with_the_fix(monkeypatch):
 def test_unknown_device_is_a_config_error():
     with pytest.raises(ConfigError, match=r"`model.device` must be one of \['auto', 'cpu', 'cuda'\], got 'tpu'"):
         params_from_dict({"model": {"device": "tpu"}})
+
+
+def test_unknown_backend_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"`rollout.backend` must be one of \['hf', 'vllm'\], got 'sglang'"):
+        params_from_dict({"rollout": {"backend": "sglang"}})
+    with pytest.raises(ConfigError, match=r"`rl.tis_cap` must be >= 1, got 0.5"):
+        params_from_dict({"rl": {"tis_cap": 0.5}})
+
+
+def test_engine_sleep_needs_cuda():
+    from seed_core.policy.vllm import VLLMPolicy
+
+    with pytest.raises(ValueError, match=r"`vllm.sleep` needs a CUDA device .*set it false"):
+        VLLMPolicy("models/base", None, dtype=torch.float32, device="cpu", seed=0, max_new_tokens=8, sleep=True)
