@@ -27,7 +27,7 @@ def tiny_policy(tokenizer_dir: Path, seed: int = 0, batch_size: int = 4):
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
-        num_attention_heads=2,
+        num_attention_heads=1,  # head_dim 32: the smallest vLLM's CPU attention runs (the pipeline tests sample with it)
         num_key_value_heads=1,
         max_position_embeddings=4096,
         eos_token_id=tok.eos_token_id,
