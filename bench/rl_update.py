@@ -29,8 +29,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 
 from seed_core.config import load_params  # noqa: E402
-from seed_core.envs import open_pool  # noqa: E402
-from seed_core.envs.alfworld.data import data_root, read_manifest  # noqa: E402
+from seed_core.envs import environment  # noqa: E402
 from seed_core.method.rescore import score_steps, step_tokens  # noqa: E402
 from seed_core.method.update import Trainer  # noqa: E402
 from seed_core.models import load_for  # noqa: E402
@@ -87,10 +86,10 @@ def main() -> None:
     model_dir = Path(args.model) if args.model else REPO / INIT[params.rl.init]
     if not (model_dir / "config.json").exists():
         sys.exit(f"{model_dir} does not exist: run `dvc repro train_analyzer` first (or pass --model)")
-    root = data_root(params.data.alfworld_data, REPO)
-    train = read_manifest(REPO / "data/manifests/train.json", root)
+    env = environment(params)
+    train = env.read_manifest(REPO / "data/manifests/train.json")
     t = trainer(params, model_dir, "grpo")
-    with open_pool(root, params.env.workers) as pool:
+    with env.open_pool(params.env.workers) as pool:
         start = time.perf_counter()
         trajs = play(
             t.sampler,

@@ -8,7 +8,7 @@ from pathlib import Path
 from prefect import flow, get_run_logger
 
 from _common import cli, load, publish, record_stage
-from seed_core.envs.alfworld.data import data_root
+from seed_core.envs import environment
 from seed_core.stages.prepare import check_model_source, run_prepare
 from seed_core.tracking import track_stage
 
@@ -23,7 +23,7 @@ def prepare(params: str = "params.yaml", model_dir: str = "models/base", manifes
         "prepare",
         [model_dir, manifest_dir],
         params,
-        inputs={"alfworld_data": str(data_root(p.data.alfworld_data)), "base_model": p.model.name_or_path},
+        inputs={**environment(p).source(), "base_model": p.model.name_or_path},
     )
     track_stage("prepare", p, counts)
     return counts

@@ -81,6 +81,13 @@ class PrepareConfig:
 
 @dataclass(frozen=True)
 class EnvConfig:
+    name: Literal["alfworld", "sokoban"] = "alfworld"
+    """The environment: `alfworld` (real ALFWorld games from data.alfworld_data) or `sokoban` (rooms generated
+    from seeds, gym-sokoban's rules)."""
+    sokoban_dim: tuple[int, ...] = (6, 6)
+    """Sokoban room size [rows, cols], walls included (verl-agent: 6x6)."""
+    sokoban_boxes: int = 1
+    """Boxes (and targets) per Sokoban room (verl-agent: 1)."""
     max_steps: int = 30
     """Episode length cap (paper: 30 for ALFWorld)."""
     history_length: int = 5
@@ -94,6 +101,10 @@ class EnvConfig:
 
     def __post_init__(self) -> None:
         _check(self.max_steps >= 1, "env.max_steps", f"must be >= 1, got {self.max_steps}")
+        if self.name == "sokoban":
+            from seed_core.envs.sokoban.room import check_room_params  # numpy only
+
+            check_room_params(self.sokoban_dim, self.sokoban_boxes)
         _check(self.history_length >= 0, "env.history_length", f"must be >= 0, got {self.history_length}")
         _check(self.invalid_penalty >= 0, "env.invalid_penalty", "must be >= 0 (it is subtracted)")
         _check(self.workers >= 0, "env.workers", f"must be >= 0, got {self.workers}")

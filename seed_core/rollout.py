@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from seed_core.config import EnvConfig, SamplingConfig
-from seed_core.envs import GameEntry, GamePool
-from seed_core.envs.alfworld.data import TASK_TYPES
-from seed_core.method.prompts import parse_response, step_prompt
+from seed_core.envs import TASK_TYPES, GameEntry, GamePool
+from seed_core.method.prompts import CLOSED_ACTIONS, STEP_PROMPTS, parse_response
 from seed_core.policy import Policy
 from seed_core.records import Step, Trajectory
 
@@ -59,6 +58,7 @@ def play(
     for ep, s in zip(episodes, pool.reset([e.game.game_id for e in episodes])):
         ep.task, ep.observation, ep.actions = s.task, s.observation, tuple(s.admissible_actions)
 
+    step_prompt, closed = STEP_PROMPTS[env.name], CLOSED_ACTIONS[env.name]
     bar = tqdm(total=env.max_steps, desc=f"rollout {tag}", unit="step", disable=not progress, leave=False)
     for t in range(env.max_steps):
         live = [i for i, ep in enumerate(episodes) if not ep.done]
@@ -76,12 +76,13 @@ def play(
             stop=STOP,
             seed=seed * 10_007 + t,
         )
-        parsed = [parse_response(g.text) for g in gens]
-        results = pool.step({i: action for i, (action, _) in zip(live, parsed)})
+        parsed = [parse_response(g.text, episodes[i].actions if closed else None) for i, g in zip(live, gens)]
+        # An invalid response to a closed action set is a no-op (the empty action); ALFWorld answers any text.
+        results = pool.step({i: action if valid or not closed else "" for i, (action, valid) in zip(live, parsed)})
         for i, prompt, g, (action, valid) in zip(live, prompts, gens, parsed):
             ep, new = episodes[i], results[i]
             last = new.won or t == env.max_steps - 1
-            reward = (env.win_reward if new.won else 0.0) - (0.0 if valid else env.invalid_penalty)
+            reward = new.reward + (env.win_reward if new.won else 0.0) - (0.0 if valid else env.invalid_penalty)
             ep.steps.append(
                 Step(
                     observation=ep.observation,

@@ -17,6 +17,7 @@ import yaml
 
 from helpers import PROXY_VARS, chat_endpoint, chat_reply, reply, tiny_policy
 from seed_core.config import ConfigError, ModelConfig, params_from_dict
+from seed_core.envs.alfworld import Alfworld
 from seed_core.envs.alfworld.data import GameEntry, list_games, task_type_of, write_manifest
 from seed_core.envs.alfworld.oracle import OracleTeacher
 from seed_core.method.skills import analyzer_prompt
@@ -103,16 +104,15 @@ def test_split_games_holds_out_whole_games():
 
 def test_make_teacher_dispatches_on_kind(alfworld_root, tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
-    oracle = make_teacher(
-        small_params(alfworld_root, tmp_path).teacher, alfworld_root, model=ModelConfig(), batch_size=2
-    )
+    env = Alfworld(str(alfworld_root))
+    oracle = make_teacher(small_params(alfworld_root, tmp_path).teacher, env, model=ModelConfig(), batch_size=2)
     assert isinstance(oracle, OracleTeacher)
     openai = small_params(alfworld_root, tmp_path, kind="openai", model="glm-test", api_key_env=KEY_ENV).teacher
-    assert make_teacher(openai, alfworld_root, model=ModelConfig(), batch_size=2).name == "openai:glm-test"
+    assert make_teacher(openai, env, model=ModelConfig(), batch_size=2).name == "openai:glm-test"
     policy = small_params(
         alfworld_root, tmp_path, kind="policy", policy_path=str(tiny_model_dir), max_new_tokens=7
     ).teacher
-    t = make_teacher(policy, alfworld_root, model=ModelConfig(dtype="float32"), batch_size=2)
+    t = make_teacher(policy, env, model=ModelConfig(dtype="float32"), batch_size=2)
     assert isinstance(t, PolicyTeacher) and t.max_new_tokens == 7 and t.stop == ("}",)
     assert t.name == "policy:" + checkpoint_name(tiny_model_dir) and t.name.startswith(f"policy:{tiny_model_dir.name}@")
     assert len(t.name.split("@")[1]) == 12 and t.policy.max_prompt_tokens > 100_000  # prompts are never cut

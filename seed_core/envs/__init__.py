@@ -1,15 +1,38 @@
 """Environments behind one protocol: a pool of games, reset by game id and stepped with action strings.
 
 Stages and the method see only what is here: `GameEntry` (a manifest line), `EnvState` (what the agent
-observes), `GamePool` (many games stepped together), and `open_pool`, the one place that picks the
-environment. ALFWorld lives in `envs/alfworld/` (data, env, oracle, expert replay).
+observes), `GamePool` (many games stepped together), `Environment` (manifests, pools, expert steps and the
+oracle teacher of one environment) and `environment(params)`, the one place that picks it by `env.name`.
+ALFWorld lives in `envs/alfworld/` (real game files), Sokoban in `envs/sokoban/` (rooms from seeds).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from seed_core.config import EnvConfig, Params, PrepareConfig
+    from seed_core.records import Trajectory
+
+TASK_SHORT = {
+    "pick_and_place_simple": "pick",
+    "look_at_obj_in_light": "look",
+    "pick_clean_then_place_in_recep": "clean",
+    "pick_heat_then_place_in_recep": "heat",
+    "pick_cool_then_place_in_recep": "cool",
+    "pick_two_obj_and_place": "pick2",
+    "sokoban": "sokoban",
+}
+"""Every environment's task types in table order, with their column names (ALFWorld's are the paper's)."""
+TASK_TYPES = tuple(TASK_SHORT)
+ENV_TASK_TYPES = {"alfworld": TASK_TYPES[:6], "sokoban": ("sokoban",)}
+
+
+def table_task_types(keys) -> list[str]:
+    """The task-type columns for results with metric `keys`: every type of each environment that has one."""
+    return [t for types in ENV_TASK_TYPES.values() if any(f"success/{t}" in keys for t in types) for t in types]
 
 
 @dataclass(frozen=True)
@@ -28,6 +51,7 @@ class EnvState:
     admissible_actions: list[str]
     won: bool
     task: str = ""
+    reward: float = 0.0  # the environment's own shaping of this step; the rollout adds the win reward and penalties
 
 
 class GamePool(Protocol):
@@ -44,9 +68,46 @@ class GamePool(Protocol):
     def __exit__(self, *exc) -> None: ...
 
 
-def open_pool(data_root: Path, workers: int) -> GamePool:
-    """A pool of the configured environment's games (ALFWorld, from `data_root`); `workers` processes step them
-    (0: in this process)."""
-    from seed_core.envs.alfworld.env import EnvPool
+class Environment(Protocol):
+    """What the stages need from one environment; `environment(params)` returns the configured one."""
 
-    return EnvPool(data_root, workers)
+    name: str
+
+    def write_manifests(self, cfg: PrepareConfig, manifest_dir: Path) -> dict[str, int]:
+        """Check the game source, write train/warmup/valid_seen/valid_unseen manifests; games per manifest."""
+        ...
+
+    def read_manifest(self, path: Path) -> list[GameEntry]: ...
+
+    def open_pool(self, workers: int) -> GamePool: ...
+
+    def expert_examples(self, entries: list[GameEntry], env: EnvConfig, progress: bool = True) -> list[dict]:
+        """Expert (prompt, completion) steps rendered as `rollout.play` renders them: {"prompt", "completion",
+        "game_id", "step"}; a game the expert cannot win within `env.max_steps` contributes nothing."""
+        ...
+
+    def oracle(self, max_chars: int | None = None):
+        """The oracle teacher: hindsight skills from trajectories (`complete_trajectories`)."""
+        ...
+
+    def key_names(self, traj: Trajectory) -> list[str]:
+        """Names a good skill for `traj` should mention (ALFWorld: where the target object starts)."""
+        ...
+
+    def source(self) -> dict[str, str]:
+        """External inputs for the lineage (where the games come from)."""
+        ...
+
+
+def environment(params: Params) -> Environment:
+    """The environment named by `env.name`."""
+    name = params.env.name
+    if name == "alfworld":
+        from seed_core.envs.alfworld import Alfworld
+
+        return Alfworld(params.data.alfworld_data)
+    if name == "sokoban":
+        from seed_core.envs.sokoban.env import Sokoban
+
+        return Sokoban(tuple(params.env.sokoban_dim), params.env.sokoban_boxes)
+    raise ValueError(f"params: `env.name` is {name!r}; allowed: ['alfworld', 'sokoban']")

@@ -1,14 +1,18 @@
-"""Every prompt template: the actor's step prompt, the analyzer prompt, and skill injection.
+"""Every prompt template: the actors' step prompts, the analyzer prompt, and skill injection.
 
-The step prompt follows the verl-agent ALFWorld protocol described in seed-method.md: the task, the number of
-steps taken, the last `history_length` (observation, action) pairs, the current step and observation, the
-admissible actions, then the `<think>`/`<action>` instruction. Step 0 has no history part. The wording is
-ours; the content and order are the protocol's.
+The ALFWorld step prompt follows the verl-agent ALFWorld protocol described in seed-method.md: the task, the
+number of steps taken, the last `history_length` (observation, action) pairs, the current step and
+observation, the admissible actions, then the `<think>`/`<action>` instruction. Step 0 has no history part.
+The Sokoban step prompt follows verl-agent's Sokoban prompt: the symbols of the grid, the goal and the rules,
+then the same history, current-observation, actions and instruction parts. The wording is ours; the content
+and order are the protocols'. Both state the task on a line of its own (`TASK_LINE_PREFIX`), where SEED's
+skill block goes.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 TASK_LINE_PREFIX = "Your task is to: "
 
@@ -30,6 +34,46 @@ Your admissible actions of the current situation are: [{actions}].
 Now it's your turn to take an action.
 You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags.
 Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags."""
+
+
+SOKOBAN_TASK = "push every box (X) onto a target (O)."
+
+SOKOBAN_PROMPT = """You are an expert agent playing Sokoban on a grid.
+Your task is to: {task}
+Symbols: # wall, _ floor, O target, X box, √ box on a target, P you, S you on a target.
+Rules: moving into a box pushes it one cell if the cell behind it is free. You can only push, never pull, so a box pushed into a corner or against a wall without a target is stuck for good.
+{history}Your current observation is:
+{observation}
+Your admissible actions are [{actions}].
+
+Now it's your turn to take an action.
+You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags.
+Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags."""
+
+
+def sokoban_step_prompt(
+    task: str,
+    observation: str,
+    admissible_actions: list[str],
+    history: list[tuple[str, str]],
+    history_length: int,
+) -> str:
+    """The Sokoban user message for one step; `history` and `history_length` as in `step_prompt`."""
+    part = ""
+    if history:
+        shown = history[-history_length:] if history_length > 0 else []
+        first = len(history) - len(shown) + 1
+        lines = "".join(
+            f"\n[Observation {first + i}:\n{obs}\nAction {first + i}: '{act}']" for i, (obs, act) in enumerate(shown)
+        )
+        part = (
+            f"Prior to this step, you have already taken {len(history)} step(s). Below are the most recent "
+            f"{len(shown)} observations and the corresponding actions you took:{lines}\n"
+            f"You are now at step {len(history) + 1}. "
+        )
+    return SOKOBAN_PROMPT.format(
+        task=task, history=part, observation=observation, actions=format_actions(admissible_actions)
+    )
 
 
 def format_actions(actions: list[str]) -> str:
@@ -68,6 +112,13 @@ def step_prompt(
     )
 
 
+STEP_PROMPTS = {"alfworld": step_prompt, "sokoban": sokoban_step_prompt}
+"""The step prompt of each `env.name`."""
+CLOSED_ACTIONS = {"alfworld": False, "sokoban": True}
+"""Whether a well-formatted response must also name an admissible action to be valid: verl-agent counts an
+unknown Sokoban move as invalid (and plays a no-op), while ALFWorld answers an inadmissible command itself."""
+
+
 # ---------------------------------------------------------------- skill injection (SEED's teacher context)
 
 SKILL_BLOCK = """**Episode-Level Skill**
@@ -97,11 +148,12 @@ def inject_skill(prompt: str, skill: str, template: str = SKILL_BLOCK) -> str:
 _CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
 
 
-def parse_response(response: str) -> tuple[str, bool]:
+def parse_response(response: str, choices: Sequence[str] | None = None) -> tuple[str, bool]:
     """(action, valid) from a model response.
 
     Lower-cased; the action is the text between the first `<action>` and the next `</action>`. Valid when
-    both `<think>...</think>` and `<action>...</action>` are present and the response has no CJK characters.
+    both `<think>...</think>` and `<action>...</action>` are present and the response has no CJK characters,
+    and, given a closed action set `choices` (Sokoban), when the action is one of them.
     An invalid response still yields something to send to the environment (the whole lower-cased text, or
     the tagged action when only the think tags are missing), which the environment answers with
     "Nothing happens."; the caller charges the invalid-step penalty.
@@ -116,7 +168,7 @@ def parse_response(response: str) -> tuple[str, bool]:
     think_start = text.find("<think>")
     has_think = think_start >= 0 and text.find("</think>", think_start) >= 0
     valid = start >= 0 and end >= 0 and has_think and not _CJK.search(response)
-    return action, valid
+    return action, valid and (choices is None or action in choices)
 
 
 # ---------------------------------------------------------------- analyzer (hindsight skill)

@@ -37,9 +37,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from seed_core.config import ConfigError, ModelConfig, Params, TeacherConfig
-from seed_core.envs.alfworld.data import GameEntry, data_root, read_manifest
-from seed_core.envs.alfworld.env import EnvPool
-from seed_core.envs.alfworld.oracle import OracleTeacher
+from seed_core.envs import Environment, GameEntry, environment
 from seed_core.method.skills import PARSE_STATUSES, PARSED, AnalysisStats, TrajectoryTeacher, analyze, analyzer_prompt
 from seed_core.method.teachers import OpenAITeacher, Teacher, checkpoint_teacher
 from seed_core.policy import open_sampler
@@ -91,10 +89,13 @@ def split_games(game_ids: Sequence[str], fraction: float, seed: int) -> tuple[li
 # ---------------------------------------------------------------- teachers
 
 
-def make_teacher(cfg: TeacherConfig, root: Path, *, model: ModelConfig, batch_size: int) -> Teacher | TrajectoryTeacher:
-    """The teacher named by `teacher.kind`. `openai` checks its API key variable here, before any rollout."""
+def make_teacher(
+    cfg: TeacherConfig, env: Environment | None, *, model: ModelConfig, batch_size: int
+) -> Teacher | TrajectoryTeacher:
+    """The teacher named by `teacher.kind` (`env` gives the oracle). `openai` checks its API key variable here,
+    before any rollout."""
     if cfg.kind == "oracle":
-        return OracleTeacher(root, cfg.oracle_max_chars)
+        return env.oracle(cfg.oracle_max_chars)
     if cfg.kind == "openai":
         return OpenAITeacher(
             cfg.base_url,
@@ -118,7 +119,7 @@ def check_teacher_key(cfg: TeacherConfig) -> None:
     """Raise MissingAPIKeyError when the `openai` teacher's key variable is unset (no model load, no I/O), so a
     flow can refuse before it starts anything."""
     if cfg.kind == "openai":
-        make_teacher(cfg, Path(cfg.cache_dir), model=ModelConfig(), batch_size=1)
+        make_teacher(cfg, None, model=ModelConfig(), batch_size=1)
 
 
 def label(
@@ -196,11 +197,11 @@ def run_build_sft_data(
 ) -> dict:
     """The build_sft_data stage; returns the metrics also written to `metrics_path`."""
     cfg, t0 = params.build_sft_data, time.perf_counter()
-    root = data_root(params.data.alfworld_data)
-    games = select_games(read_manifest(Path(manifest_path), root), cfg.games)
+    env = environment(params)
+    games = select_games(env.read_manifest(Path(manifest_path)), cfg.games)
     train_ids, val_ids = split_games([g.game_id for g in games], cfg.validation_fraction, cfg.seed)
     # The teacher first: a missing API key or teacher checkpoint is refused before any rollout is spent.
-    teacher = make_teacher(params.teacher, root, model=params.model, batch_size=params.rollout.batch_size)
+    teacher = make_teacher(params.teacher, env, model=params.model, batch_size=params.rollout.batch_size)
     # The openai cache is a DVC output: it must exist even when nothing was asked (DVC refuses a missing out).
     Path(params.teacher.cache_dir).mkdir(parents=True, exist_ok=True)
 
@@ -209,7 +210,7 @@ def run_build_sft_data(
         for c, s in enumerate(range(0, len(games), ROLLOUT_CHUNK_GAMES)):
             seed = cfg.seed * 1009 + c
             seed_everything(seed)
-            with EnvPool(root, params.env.workers) as pool:
+            with env.open_pool(params.env.workers) as pool:
                 trajs += play(
                     policy,
                     pool,

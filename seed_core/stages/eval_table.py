@@ -9,17 +9,21 @@ import json
 from pathlib import Path
 
 from seed_core.config import Params
-from seed_core.envs.alfworld.data import TASK_SHORT, TASK_TYPES
+from seed_core.envs import TASK_SHORT, table_task_types
 from seed_core.records import DataError, atomic_write_text, write_json
 
 
 def markdown_table(results: dict[str, dict[str, dict[str, dict[str, float]]]]) -> str:
-    """One row per (model, split, mode): per-type success, macro and micro (labelled), invalid rate, length."""
+    """One row per (model, split, mode): per-type success, macro and micro (labelled), invalid rate, length.
+    Task-type columns are those of the environment played."""
+    types = table_task_types(
+        {k for splits in results.values() for modes in splits.values() for m in modes.values() for k in m}
+    )
     head = [
         "model",
         "split",
         "mode",
-        *[TASK_SHORT[t] for t in TASK_TYPES],
+        *[TASK_SHORT[t] for t in types],
         "macro avg",
         "micro avg",
         "invalid rate",
@@ -31,7 +35,7 @@ def markdown_table(results: dict[str, dict[str, dict[str, dict[str, float]]]]) -
         for split, modes in splits.items():
             for mode, m in modes.items():
                 cells = [model, split, mode]
-                cells += [f"{100 * m[f'success/{t}']:.1f}" if f"success/{t}" in m else "–" for t in TASK_TYPES]
+                cells += [f"{100 * m[f'success/{t}']:.1f}" if f"success/{t}" in m else "–" for t in types]
                 cells += [
                     f"{100 * m['success/macro']:.1f}",
                     f"{100 * m['success/micro']:.1f}",

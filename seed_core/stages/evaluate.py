@@ -12,8 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from seed_core.config import Params, SamplingConfig
-from seed_core.envs import GameEntry, GamePool, open_pool
-from seed_core.envs.alfworld.data import data_root, read_manifest
+from seed_core.envs import GameEntry, GamePool, environment
 from seed_core.policy import Policy, open_sampler
 from seed_core.records import publish_dir, write_json, write_jsonl
 from seed_core.rollout import play, summarize
@@ -89,12 +88,12 @@ def run_evaluate(
     """Score one model: {split: {mode: metrics}} to `metrics_path`, its trajectories to `traj_dir/<name>/`.
 
     One DVC stage per model (`evaluate@<name>`), so a change to the RL stage re-scores models/rl only."""
-    root = data_root(params.data.alfworld_data)
-    games = {s: read_manifest(manifest_dir / f"{s}.json", root) for s in SPLITS}
+    env = environment(params)
+    games = {s: env.read_manifest(manifest_dir / f"{s}.json") for s in SPLITS}
     results = {}
     with (
         open_sampler(model_dir, params, params.evaluate.generation, params.evaluate.seed) as policy,
-        open_pool(root, params.env.workers) as pool,
+        env.open_pool(params.env.workers) as pool,
     ):
         publish_dir(traj_dir / name, lambda tmp: results.update(evaluate_model(policy, pool, games, params, name, tmp)))
     write_json(metrics_path, results)

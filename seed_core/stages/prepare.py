@@ -1,8 +1,8 @@
 """The prepare stage: check the games, materialize the base model, write the task manifests.
 
-Manifests (data/manifests/{train,warmup,valid_seen,valid_unseen}.json) are task-type-stratified, seeded,
-sorted subsets of ALFWorld's splits; `warmup` is drawn from the training games left after `train`, so the
-behaviour-cloning games are never RL games.
+Manifests (data/manifests/{train,warmup,valid_seen,valid_unseen}.json) are fixed, sorted game lists written by
+the environment (`Environment.write_manifests`): ALFWorld's are task-type-stratified seeded subsets of its
+splits, Sokoban's are seeds from disjoint training and evaluation ranges. Warm-up games are never RL games.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from seed_core.config import Params
-from seed_core.envs.alfworld.data import data_root, list_games, stratified_subset, verify, write_manifest
+from seed_core.envs import environment
 from seed_core.models import DEFAULT_MODEL, ModelError, convert_smollm2, load_model, looks_local, smollm2_gguf_dir
 from seed_core.records import publish_dir
 
@@ -47,21 +47,6 @@ def materialize_model(name_or_path: str, out_dir: Path) -> None:
 def run_prepare(params: Params, model_dir: Path, manifest_dir: Path) -> dict[str, int]:
     """Returns the number of games written to each manifest."""
     check_model_source(params.model.name_or_path)  # before any output is written
-    root = data_root(params.data.alfworld_data)
-    verify(root)
-    cfg = params.prepare
-    train_pool = list_games(root, "train")
-    train = stratified_subset(train_pool, cfg.train_games, cfg.seed)
-    warmup = (
-        stratified_subset(train_pool, cfg.warmup_games, cfg.seed + 1, exclude=set(train)) if cfg.warmup_games else []
-    )
-    chosen = {
-        "train": train,
-        "warmup": warmup,
-        "valid_seen": stratified_subset(list_games(root, "valid_seen"), cfg.valid_seen_games, cfg.seed),
-        "valid_unseen": stratified_subset(list_games(root, "valid_unseen"), cfg.valid_unseen_games, cfg.seed),
-    }
-    for name, games in chosen.items():
-        write_manifest(manifest_dir / f"{name}.json", root, games)
+    counts = environment(params).write_manifests(params.prepare, manifest_dir)
     materialize_model(params.model.name_or_path, model_dir)
-    return {k: len(v) for k, v in chosen.items()}
+    return counts

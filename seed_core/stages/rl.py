@@ -22,8 +22,7 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from seed_core.config import Params, RLConfig
-from seed_core.envs import GameEntry, open_pool
-from seed_core.envs.alfworld.data import data_root, read_manifest
+from seed_core.envs import GameEntry, environment
 from seed_core.method.update import NonFiniteError, Trainer, method_spec
 from seed_core.models import ModelError, load_for
 from seed_core.records import epoch_dir, epoch_dirs, epoch_of, publish_dir, storage_error, write_json, write_jsonl
@@ -152,9 +151,9 @@ class RLRun:
         cfg = self.cfg = params.rl
         method_spec(cfg.method)
         self.params, self.run_dir, self.log = params, run_dir, log
-        self.root = data_root(params.data.alfworld_data)
-        self.train = read_manifest(manifest_dir / "train.json", self.root)
-        self.panel = read_manifest(manifest_dir / "valid_seen.json", self.root)[: cfg.validation_games]
+        env = environment(params)
+        self.train = env.read_manifest(manifest_dir / "train.json")
+        self.panel = env.read_manifest(manifest_dir / "valid_seen.json")[: cfg.validation_games]
         fixed = yaml.safe_load(Path(cfg.sdar_skills).read_text()) if cfg.method == "sdar" else None
 
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -179,7 +178,7 @@ class RLRun:
             self.trainer.sync_sampler()
             log(f"resuming after {done[-1].name}")
         self.done = len(done)
-        self.pool = open_pool(self.root, params.env.workers)
+        self.pool = env.open_pool(params.env.workers)
         self.tracker = Tracker("rl", dataclasses.asdict(params))
 
     def pending(self) -> list[int]:

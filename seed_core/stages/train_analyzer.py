@@ -28,13 +28,11 @@ from pathlib import Path
 from tqdm import tqdm
 
 from seed_core.config import Params
-from seed_core.envs.alfworld.data import DataError, data_root, read_manifest
-from seed_core.envs.alfworld.expert import expert_examples
-from seed_core.envs.alfworld.oracle import OracleTeacher
+from seed_core.envs import Environment, environment
 from seed_core.method.skills import PARSED, analyze
 from seed_core.method.teachers import checkpoint_teacher
 from seed_core.models import resolve_device
-from seed_core.records import Skill, Trajectory, read_jsonl, write_json, write_jsonl
+from seed_core.records import DataError, Skill, Trajectory, read_jsonl, write_json, write_jsonl
 from seed_core.sft import load_examples, train_sft
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -56,14 +54,8 @@ def names_in(text: str, names: Sequence[str]) -> set[str]:
     return {n for n in names if re.search(rf"(?<![a-z0-9]){re.escape(n)}(?![0-9])", low)}
 
 
-def target_locations(oracle: OracleTeacher, traj: Trajectory) -> list[str]:
-    """Receptacles where an instance of the task's target object starts, from the game file."""
-    facts = oracle.game_facts(traj.game_id, traj.task_type)
-    return sorted({r for _, r in facts.instances_of(facts.target)})
-
-
 def skill_quality(
-    trajs: Sequence[Trajectory], skills: Sequence[Skill], reference: dict[str, Skill], oracle: OracleTeacher
+    trajs: Sequence[Trajectory], skills: Sequence[Skill], reference: dict[str, Skill], env: Environment
 ) -> dict[str, float | int | None]:
     """Parse rate, token F1 and target-location hit of `skills` (one per trajectory) against `reference`."""
     parsed = [s.parse_status in PARSED for s in skills]
@@ -73,7 +65,7 @@ def skill_quality(
         if ref is None:
             continue
         f1s.append(token_f1(s.skill, ref.skill) if ok else 0.0)
-        named = names_in(ref.skill, target_locations(oracle, t))
+        named = names_in(ref.skill, env.key_names(t))
         if named:
             hits.append(ok and bool(names_in(s.skill, sorted(named))))
     return {
@@ -91,7 +83,7 @@ def measure_analyzer(
     model_path: Path,
     trajs: Sequence[Trajectory],
     reference: dict[str, Skill],
-    oracle: OracleTeacher,
+    env: Environment,
     params: Params,
     tag: str,
 ) -> tuple[dict, list[Skill]]:
@@ -106,7 +98,7 @@ def measure_analyzer(
     )
     tqdm.write(f"analyzer check ({tag}): {teacher.name} on {len(trajs)} held-out trajectories")
     skills, stats = analyze(trajs, teacher, reask=False, max_skill_chars=params.build_sft_data.max_skill_chars)
-    q = skill_quality(trajs, skills, reference, oracle)
+    q = skill_quality(trajs, skills, reference, env)
     metrics = {f"analyzer/{tag}/{k}": v for k, v in q.items() if k != "location_eligible"}
     metrics |= {
         f"analyzer/{tag}/producer": teacher.name,
@@ -132,14 +124,14 @@ def heldout_set(sft_dir: Path) -> tuple[list[Trajectory], dict[str, Skill]]:
     return trajs, reference
 
 
-def rehearsal_examples(params: Params, manifest: Path, root: Path) -> list[dict]:
+def rehearsal_examples(params: Params, manifest: Path, env: Environment) -> list[dict]:
     """Expert (step prompt -> action) examples of the first `train_analyzer.rehearsal_games` warm-up games."""
     n = params.train_analyzer.rehearsal_games
     if not n:
         return []
     return [
         {"prompt": x["prompt"], "completion": x["completion"]}
-        for x in expert_examples(root, read_manifest(manifest, root)[:n], params.env, progress=False)
+        for x in env.expert_examples(env.read_manifest(manifest)[:n], params.env, progress=False)
     ]
 
 
@@ -163,11 +155,9 @@ def run_train_analyzer(
             "metrics/sft_data.json, and check the teacher section of params.yaml"
         )
     trajs, reference = heldout_set(sft_dir)
-    root = data_root(params.data.alfworld_data)
-    oracle = OracleTeacher(root)  # reads game files only: the true locations
-
-    before, before_skills = measure_analyzer(start_model, trajs, reference, oracle, params, "before")
-    rehearsal = rehearsal_examples(params, rehearsal_manifest, root)
+    env = environment(params)
+    before, before_skills = measure_analyzer(start_model, trajs, reference, env, params, "before")
+    rehearsal = rehearsal_examples(params, rehearsal_manifest, env)
     sft = train_sft(
         Path(start_model),
         [{"prompt": r["prompt"], "completion": r["completion"]} for r in examples["train"]] + rehearsal,
@@ -183,7 +173,7 @@ def run_train_analyzer(
         device=resolve_device(params.model.device),
         log=lambda m: tqdm.write(str(m)),
     )
-    after, after_skills = measure_analyzer(out_dir, trajs, reference, oracle, params, "after")
+    after, after_skills = measure_analyzer(out_dir, trajs, reference, env, params, "after")
 
     write_jsonl(
         heldout_path,
@@ -193,7 +183,7 @@ def run_train_analyzer(
                 "game_id": t.game_id,
                 "task_type": t.task_type,
                 "outcome": b.outcome,
-                "target_locations": target_locations(oracle, t),
+                "target_locations": env.key_names(t),
                 "teacher_skill": reference[t.traj_id].skill if t.traj_id in reference else None,
                 "before_status": b.parse_status,
                 "before_skill": b.skill,
@@ -208,7 +198,7 @@ def run_train_analyzer(
     metrics = {
         "analyzer/heldout_trajectories": len(trajs),
         "analyzer/heldout_with_teacher_skill": len(reference),
-        "analyzer/location_eligible": skill_quality(trajs, before_skills, reference, oracle)["location_eligible"],
+        "analyzer/location_eligible": skill_quality(trajs, before_skills, reference, env)["location_eligible"],
         "analyzer/rehearsal_examples": len(rehearsal),
         **before,
         **after,

@@ -18,8 +18,7 @@ import time
 from pathlib import Path
 
 from seed_core.config import Params
-from seed_core.envs.alfworld.data import data_root, read_manifest
-from seed_core.envs.alfworld.expert import expert_examples
+from seed_core.envs import environment
 from seed_core.models import resolve_device
 from seed_core.records import publish_dir, write_json
 
@@ -65,13 +64,13 @@ def run_warmup(params: Params, manifest_path: Path, base_model_dir: Path, out_di
     from seed_core.sft import train_sft  # torch/trl imports are heavy; the disabled path does not need them
 
     t0 = time.perf_counter()
-    root = data_root(params.data.alfworld_data)
-    entries = read_manifest(Path(manifest_path), root)
-    examples = expert_examples(root, entries, params.env)
+    env = environment(params)
+    entries = env.read_manifest(Path(manifest_path))
+    examples = env.expert_examples(entries, params.env)
     kept = {x["game_id"] for x in examples}
     if not kept:
         raise ValueError(
-            f"none of the {len(entries)} warm-up games' walkthroughs wins within env.max_steps={params.env.max_steps}; "
+            f"none of the {len(entries)} warm-up games' expert plans wins within env.max_steps={params.env.max_steps}; "
             "raise env.max_steps or prepare.warmup_games"
         )
     train, held = split_eval(examples, EVAL_GAMES, cfg.seed)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from seed_core.config import ConfigError, explain_markdown, load_params, to_dict
-from seed_core.envs.alfworld.data import DataError, data_root, install, read_manifest
+from seed_core.envs.alfworld.data import DataError, data_root, install
 from seed_core.models import ModelError
 from seed_core.records import StorageError
 
@@ -35,44 +35,56 @@ def cmd_params(args: argparse.Namespace) -> None:
 
 def cmd_play(args: argparse.Namespace) -> None:
     """A human plays one game in the terminal, seeing exactly the prompt the model sees."""
-    from seed_core.envs.alfworld.env import AlfworldGame
-    from seed_core.method.prompts import parse_response, step_prompt
+    import dataclasses
+
+    from seed_core.envs import environment
+    from seed_core.method.prompts import CLOSED_ACTIONS, STEP_PROMPTS, parse_response
 
     params = load_params(args.params)
-    root = data_root(args.data_dir or params.data.alfworld_data, REPO)
     game_id = args.game_id
-    if "/" not in game_id:  # a manifest index like valid_seen:3
+    if game_id.startswith("sokoban:"):  # a room by seed, with the configured (or default) room size
+        params = dataclasses.replace(params, env=dataclasses.replace(params.env, name="sokoban"))
+        game_id = game_id.partition(":")[2]
+    elif args.data_dir:
+        params = dataclasses.replace(params, data=dataclasses.replace(params.data, alfworld_data=args.data_dir))
+    env = environment(params)
+    if ":" in game_id:  # a manifest index like valid_seen:3
         split, _, idx = game_id.partition(":")
-        game_id = read_manifest(REPO / "data/manifests" / f"{split}.json", root)[int(idx or 0)].game_id
-    game = AlfworldGame(root, game_id)
-    state = game.reset()
-    history: list[tuple[str, str]] = []
-    print(
-        f"game {game_id} ({game.task_type}); type an action, its number, or a full <think>/<action> response; ctrl-d quits\n"
-    )
-    for t in range(params.env.max_steps):
-        prompt = step_prompt(
-            state.task, state.observation, state.admissible_actions, history, params.env.history_length
+        game_id = env.read_manifest(REPO / "data/manifests" / f"{split}.json")[int(idx or 0)].game_id
+    step_prompt, closed = STEP_PROMPTS[env.name], CLOSED_ACTIONS[env.name]
+    with env.open_pool(0) as pool:
+        state = pool.reset([game_id])[0]
+        history: list[tuple[str, str]] = []
+        print(
+            f"{env.name} game {game_id}; type an action, its number, or a full <think>/<action> response; ctrl-d quits\n"
         )
-        print("-" * 80 + "\n" + prompt + "\n")
-        for i, a in enumerate(state.admissible_actions):
-            print(f"  {i:2d}. {a}")
-        try:
-            raw = input(f"\nstep {t + 1}> ").strip()
-        except EOFError:
-            print()
-            return
-        if raw.isdigit() and int(raw) < len(state.admissible_actions):
-            raw = state.admissible_actions[int(raw)]
-        response = raw if "<action>" in raw else f"<think>human</think><action>{raw}</action>"
-        action, valid = parse_response(response)
-        history.append((state.observation, action))
-        state = game.step(action)
-        reward = (params.env.win_reward if state.won else 0.0) - (0.0 if valid else params.env.invalid_penalty)
-        print(f"\n=> {state.observation}   [valid={valid} reward={reward:+.1f}]")
-        if state.won:
-            print(f"\nWon in {t + 1} steps.")
-            return
+        for t in range(params.env.max_steps):
+            prompt = step_prompt(
+                state.task, state.observation, state.admissible_actions, history, params.env.history_length
+            )
+            print("-" * 80 + "\n" + prompt + "\n")
+            for i, a in enumerate(state.admissible_actions):
+                print(f"  {i:2d}. {a}")
+            try:
+                raw = input(f"\nstep {t + 1}> ").strip()
+            except EOFError:
+                print()
+                return
+            if raw.isdigit() and int(raw) < len(state.admissible_actions):
+                raw = state.admissible_actions[int(raw)]
+            response = raw if "<action>" in raw else f"<think>human</think><action>{raw}</action>"
+            action, valid = parse_response(response, state.admissible_actions if closed else None)
+            history.append((state.observation, action))
+            state = pool.step({0: action if valid or not closed else ""})[0]
+            reward = (
+                state.reward
+                + (params.env.win_reward if state.won else 0.0)
+                - (0.0 if valid else params.env.invalid_penalty)
+            )
+            print(f"\n=> {state.observation}   [valid={valid} reward={reward:+.1f}]")
+            if state.won:
+                print(f"\nWon in {t + 1} steps.")
+                return
     print(f"\nNot won within env.max_steps={params.env.max_steps} steps.")
 
 
@@ -269,13 +281,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     pl = sub.add_parser(
         "play",
-        help="play an ALFWorld game yourself with the model's prompt",
-        description="GAME_ID is a game id from a manifest (e.g. valid_seen/pick_and_place_simple-.../trial_...) "
-        "or SPLIT:INDEX into data/manifests/SPLIT.json (e.g. valid_seen:0).",
+        help="play a game yourself with the model's prompt (ALFWorld or Sokoban)",
+        description="GAME_ID is a game id from a manifest (e.g. valid_seen/pick_and_place_simple-.../trial_...), "
+        "SPLIT:INDEX into data/manifests/SPLIT.json (e.g. valid_seen:0), or sokoban:SEED for the Sokoban room of "
+        "that seed (room size and boxes from env.sokoban_dim / env.sokoban_boxes).",
     )
     pl.add_argument("game_id")
     pl.add_argument("--params", default="params.yaml")
-    pl.add_argument("--data-dir", default=None)
+    pl.add_argument("--data-dir", default=None, help="ALFWorld data folder (default: data.alfworld_data)")
     pl.set_defaults(func=cmd_play)
 
     r = sub.add_parser("run", help="run the pipeline (`dvc repro` as a Prefect flow)")

@@ -1,10 +1,12 @@
 """Comparison report: one self-contained HTML page comparing methods over seeds.
 
 Input layout: one folder per run (what `seed sweep` writes under `results/`, or any DVC workspace):
-    <run>/params.yaml                the run's parameters
+    <run>/params.yaml                the run's parameters (rl.updates_per_epoch places epochs on the update axis)
     <run>/metrics/eval.json          required: {model: {split: {mode: {success/<type>, success/macro, ...}}}}
-    <run>/metrics/rl.json            optional: OPD statistics ("mean_over_updates", "validation")
-    <run>/metrics/rl_updates.json    optional: learning curves (a list of per-update metric dicts)
+    <run>/metrics/rl.json            optional: OPD statistics ("mean_over_updates") and the per-epoch held-out
+                                     validation ("validation": [{"epoch": 1, "val/success_rate": ...}, ...])
+    <run>/metrics/rl_updates.json    optional: learning curves (a list of per-update metric dicts, "update"
+                                     the 0-based update index)
     <run>/skills.jsonl               optional: sample skills; else the last epoch of
                                      <run>/runs/rl/<method>-<advantage>-s<seed>-*/ (a workspace)
 A folder without params.yaml that holds run folders (e.g. `results/`) stands for all of them; its
@@ -20,8 +22,19 @@ seed. The interval is not clipped to [0, 100] and is wide for few seeds by desig
 4.30 for 3). Success is in %, macro = mean over task types (the paper's Avg), micro = mean over games, both
 taken from each run's eval.json and then averaged over seeds.
 
-Plots are SVG drawn here (no plotting dependency), embedded as base64 `data:` images: per method the mean
-over seeds at each update (bold) and each seed (thin).
+Learning curves. Training success is `rollout/success_rate` of each update's rollouts; validation success is
+`val/success_rate`, the greedy success on the rl stage's held-out panel, logged once per epoch and placed at the
+epoch's last update, `epoch * rl.updates_per_epoch - 1` (the step the rl stage logs it at). The table gives,
+per method, each epoch's training success (per seed the mean over the epoch's updates, then mean ± CI over
+seeds), each epoch's validation success, and each seed's mean training success over all its updates (the area
+under its per-update curve divided by its length: a sample-efficiency summary that rewards learning sooner),
+then mean ± CI over seeds. `write_report` also writes these numbers next to the page as JSON
+(`learning_curve_summary`; report.html -> report.json), as fractions rather than %.
+
+Plots are SVG drawn here (no plotting dependency), embedded as base64 `data:` images: per method each seed
+(thin), the mean over seeds at each update (bold) and, shaded under it, the 95% t-interval at each update
+where at least 2 seeds have a value. The band is drawn clipped to the plot frame: with 2 or 3 seeds it often
+reaches past [0, 1], and letting it set the scale would flatten the lines; the table has the numbers.
 """
 
 from __future__ import annotations
@@ -40,7 +53,8 @@ from typing import Any
 
 import yaml
 
-from seed_core.envs.alfworld.data import TASK_SHORT, TASK_TYPES
+from seed_core.config import RLConfig
+from seed_core.envs import TASK_SHORT, TASK_TYPES
 from seed_core.records import atomic_write_text
 from seed_core.tools import corpus
 
@@ -80,8 +94,10 @@ T975 = {
     60: 2.000,
     120: 1.980,
 }
+TRAIN_SUCCESS, VAL_SUCCESS = "rollout/success_rate", "val/success_rate"
 CURVES = (
-    "rollout/success_rate",
+    TRAIN_SUCCESS,
+    VAL_SUCCESS,
     "opd/active_token_ratio",
     "opd/gate_mean",
     "opd/gate_gt_half_ratio",
@@ -229,6 +245,82 @@ def group(runs: list[Run]) -> dict[str, list[Run]]:
     return groups
 
 
+# ------------------------------------------------------------------------------------------------ learning curves
+
+
+def updates_per_epoch(run: Run) -> int:
+    """rl.updates_per_epoch of the run; a params.yaml without the key ran with the config default."""
+    return int((run.params.get("rl") or {}).get("updates_per_epoch", RLConfig.updates_per_epoch))
+
+
+def points(run: Run, metric: str) -> list[tuple[int, float]]:
+    """(update, value) of one run's metric, by update. Validation is logged once per epoch (in rl.json) and
+    sits at the epoch's last update, so it shares the update axis with the training curves."""
+    if metric == VAL_SUCCESS:
+        upe = updates_per_epoch(run)
+        # an epoch without a validation panel logs {"epoch": e} alone: no point, not a zero
+        vals = (run.rl or {}).get("validation") or []
+        return sorted((v["epoch"] * upe - 1, v[metric]) for v in vals if v.get(metric) is not None and "epoch" in v)
+    return sorted((u["update"], u[metric]) for u in run.updates if u.get(metric) is not None and "update" in u)
+
+
+def _epoch_values(rs: list[Run], metric: str) -> dict[int, list[float]]:
+    """Epoch (1-based) -> one value per seed that has it: the mean of the metric over the epoch's updates
+    (validation has one point per epoch, so it is the logged value)."""
+    out: dict[int, list[float]] = {}
+    for r in rs:
+        upe = updates_per_epoch(r)
+        per_epoch: dict[int, list[float]] = {}
+        # update x (0-based) is in epoch x // upe + 1; validation's x, the epoch's last update, maps back too
+        for x, y in points(r, metric):
+            per_epoch.setdefault(x // upe + 1, []).append(y)
+        for epoch, ys in per_epoch.items():
+            out.setdefault(epoch, []).append(statistics.fmean(ys))
+    return dict(sorted(out.items()))
+
+
+def _auc_values(rs: list[Run]) -> list[float]:
+    """Per seed, the mean training success over all its updates: the area under its per-update curve over its
+    length, which at equal final success is higher for the method that learned sooner."""
+    return [statistics.fmean(y for _, y in pts) for r in rs if (pts := points(r, TRAIN_SUCCESS))]
+
+
+def learning_curve_summary(groups: dict[str, list[Run]]) -> dict[str, dict]:
+    """{method: {"seeds", "train_success_by_epoch", "val_success_by_epoch", "train_success_auc"}}, fractions.
+
+    Each number is [mean over seeds, half-width of the 95% t-interval or None for one seed]. The by-epoch lists
+    are indexed by epoch - 1 and end at the method's last epoch with a value (so a method without validation
+    has []); an epoch inside that no seed logged is None. train_success_auc is None without training curves.
+    """
+
+    def by_epoch(values: dict[int, list[float]]) -> list[list | None]:
+        return [list(mean_ci(values[e])) if e in values else None for e in range(1, max(values, default=0) + 1)]
+
+    out = {}
+    for method, rs in groups.items():
+        auc = _auc_values(rs)
+        out[method] = {
+            "seeds": len(rs),
+            "train_success_by_epoch": by_epoch(_epoch_values(rs, TRAIN_SUCCESS)),
+            "val_success_by_epoch": by_epoch(_epoch_values(rs, VAL_SUCCESS)),
+            "train_success_auc": list(mean_ci(auc)) if auc else None,
+        }
+    return out
+
+
+def _band(per_x: dict[float, list[float]]) -> list[list[tuple[float, float, float]]]:
+    """The 95% t-interval as (x, low, high) at each x where at least 2 seeds have a value, split where an x has
+    fewer, so that no band is drawn across an x where the interval is undefined."""
+    segments: list[list[tuple[float, float, float]]] = [[]]
+    for x in sorted(per_x):
+        if len(per_x[x]) >= 2:
+            m, h = mean_ci(per_x[x])
+            segments[-1].append((x, m - h, m + h))
+        elif segments[-1]:
+            segments.append([])
+    return [seg for seg in segments if seg]
+
+
 # ------------------------------------------------------------------------------------------------ SVG
 
 
@@ -238,7 +330,8 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
 
 
 def svg_chart(title: str, series: list[dict], width: int = 640, height: int = 300) -> str:
-    """A line chart: series = [{"label", "color", "x", "y", "bold"}]; the legend lists bold series."""
+    """A line chart: series = [{"label", "color", "x", "y", "bold"}, optional "band": segments of (x, low, high)
+    drawn as shaded areas]; the legend lists bold series. The y range comes from the lines alone."""
     left, right, top, bottom = 60, 170, 30, 40
     xs = [x for s in series for x in s["x"]]
     ys = [y for s in series for y in s["y"]]
@@ -274,6 +367,25 @@ def svg_chart(title: str, series: list[dict], width: int = 640, height: int = 30
     for t in xt[:: max(1, math.ceil(len(xt) / 10))]:
         parts.append(f'<text x="{px(t):.1f}" y="{top + ph + 16}" text-anchor="middle">{t:g}</text>')
     parts.append(f'<text x="{left + pw / 2}" y="{height - 6}" text-anchor="middle">update</text>')
+    # bands first so that every line stays on top; clipped to the frame, as the y range ignores them
+    parts.append(
+        f'<defs><clipPath id="frame"><rect x="{left}" y="{top}" width="{pw}" height="{ph}"/></clipPath></defs>'
+    )
+    for s in series:
+        for seg in s.get("band", []):
+            if len(seg) == 1:  # a lone x: an interval bar
+                x, lo, hi = seg[0]
+                parts.append(
+                    f'<line class="band" x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{py(hi):.1f}" y2="{py(lo):.1f}" '
+                    f'stroke="{s["color"]}" stroke-width="6" opacity="0.2" clip-path="url(#frame)"/>'
+                )
+                continue
+            outline = [(x, hi) for x, _, hi in seg] + [(x, lo) for x, lo, _ in reversed(seg)]
+            pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in outline)
+            parts.append(
+                f'<polygon class="band" points="{pts}" fill="{s["color"]}" fill-opacity="0.2" stroke="none" '
+                f'clip-path="url(#frame)"/>'
+            )
     for s in series:
         pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(s["x"], s["y"]))
         w, op = ("2.5", "1") if s["bold"] else ("1", "0.35")
@@ -295,16 +407,18 @@ def _img(svg: str, alt: str) -> str:
 
 
 def curves(groups: dict[str, list[Run]]) -> list[tuple[str, str]]:
-    """(metric, svg) per metric of CURVES that some run logged."""
+    """(metric, svg) per metric of CURVES that some run logged: seeds thin, mean bold over its 95% t-band."""
     out = []
     for metric in CURVES:
         series = []
         for i, (method, rs) in enumerate(groups.items()):
             color = COLORS[i % len(COLORS)]
             per_update: dict[float, list[float]] = {}
+            logged = 0  # seeds that logged the metric (a run may lack validation), for the legend
             for r in rs:
-                pts = sorted((u["update"], u[metric]) for u in r.updates if u.get(metric) is not None and "update" in u)
+                pts = points(r, metric)
                 if pts:
+                    logged += 1
                     series.append(
                         {
                             "label": f"{method} s{r.seed}",
@@ -320,11 +434,12 @@ def curves(groups: dict[str, list[Run]]) -> list[tuple[str, str]]:
                 xs = sorted(per_update)
                 series.append(
                     {
-                        "label": f"{method} (mean of {len(rs)})",
+                        "label": f"{method} (mean of {logged})",
                         "color": color,
                         "x": xs,
                         "y": [statistics.fmean(per_update[x]) for x in xs],
                         "bold": True,
+                        "band": _band(per_update),
                     }
                 )
         if series:
@@ -421,6 +536,38 @@ def _opd_table(groups: dict[str, list[Run]]) -> str:
     return f'<table class="opd"><tr><th>method</th><th>seeds</th>{head}<th>final val success (%)</th></tr>{"".join(rows)}</table>'
 
 
+def _curve_table(groups: dict[str, list[Run]]) -> str:
+    """Training and validation success per epoch and the mean over all updates, per method (the numbers of
+    learning_curve_summary, as table cells)."""
+    train = {m: _epoch_values(rs, TRAIN_SUCCESS) for m, rs in groups.items()}
+    val = {m: _epoch_values(rs, VAL_SUCCESS) for m, rs in groups.items()}
+    # one set of epoch columns for all methods, "–" where a method has no value
+    train_epochs = sorted(set().union(*train.values()))
+    val_epochs = sorted(set().union(*val.values()))
+    if not train_epochs and not val_epochs:
+        return ""
+    e = html.escape
+    groups_head = (
+        f'<th colspan="{len(train_epochs)}">training success (%), mean over the epoch\'s updates</th>'
+        if train_epochs
+        else ""
+    ) + (f'<th colspan="{len(val_epochs)}">validation success (%)</th>' if val_epochs else "")
+    epoch_head = "".join(f"<th>epoch {ep}</th>" for ep in train_epochs + val_epochs)
+    rows = []
+    for method, rs in groups.items():
+        cells = "".join(
+            _cell(train[method].get(ep, []), f"curves/{method}/{TRAIN_SUCCESS}/epoch_{ep}", True) for ep in train_epochs
+        ) + "".join(
+            _cell(val[method].get(ep, []), f"curves/{method}/{VAL_SUCCESS}/epoch_{ep}", True) for ep in val_epochs
+        )
+        auc = _cell(_auc_values(rs), f"curves/{method}/{TRAIN_SUCCESS}/all_updates", True)
+        rows.append(f"<tr><th>{e(method)}</th><td>{len(rs)}</td>{cells}{auc}</tr>")
+    return (
+        f'<table class="curves"><tr><th rowspan="2">method</th><th rowspan="2">seeds</th>{groups_head}'
+        f'<th rowspan="2">mean training success over all updates (%)</th></tr><tr>{epoch_head}</tr>{"".join(rows)}</table>'
+    )
+
+
 def _samples(groups: dict[str, list[Run]], n: int) -> str:
     parts = []
     for method, rs in groups.items():
@@ -474,7 +621,13 @@ Cells: mean over seeds ± half-width of the 95% Student-t interval (t(0.975, n�
 <h2>Success (%), no skills in the prompt</h2>
 <p>macro avg = mean over task types (the paper's Avg); micro avg = mean over games.</p>
 {_eval_tables(groups, model)}
-<h2>Learning curves</h2>{charts}
+<h2>Learning curves</h2>
+<p>Training success: <code>{TRAIN_SUCCESS}</code> of each update's rollouts. Validation success: <code>{VAL_SUCCESS}</code>,
+greedy on the held-out panel once per epoch, plotted at the epoch's last update. Table: per epoch, each seed's mean over the
+epoch's updates, then mean ± 95% interval over seeds; the last column is each seed's mean over all its updates (the area
+under its curve: higher for the method that learns sooner), then over seeds. Charts: each seed thin, the mean over seeds
+bold over a shaded 95% t-interval wherever ≥ 2 seeds have a value (clipped to the frame).</p>
+{_curve_table(groups)}{charts}
 <h2>OPD statistics (mean over updates)</h2>{_opd_table(groups)}
 <h2>Sample skills (largest mean Δ log-prob)</h2>{_samples(groups, samples)}
 <h2>Runs</h2>
@@ -485,6 +638,12 @@ Cells: mean over seeds ± half-width of the 95% Student-t interval (t(0.975, n�
 
 
 def write_report(specs: Sequence[str], out: str | Path, model: str = "rl", samples: int = 3) -> Path:
+    """The page at `out` and, next to it with the suffix .json, learning_curve_summary for scripts."""
+    out = Path(out)
+    summary = out.with_suffix(".json")
+    if summary == out:
+        raise ReportError(f"--out {out} ends in .json, where the learning-curve numbers go; name the page *.html")
     runs, failed = discover(specs)
     atomic_write_text(out, render(runs, failed, model, samples))
-    return Path(out)
+    atomic_write_text(summary, json.dumps(learning_curve_summary(group(runs)), indent=2) + "\n")
+    return out

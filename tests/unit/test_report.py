@@ -1,6 +1,7 @@
 """Comparison report: 2 methods x 2 seeds of hand-made, consistent metric files, rendered and opened in headless
 Chromium; the rendered DOM must show the means and 95% t-intervals worked out by hand below, and decoded plots."""
 
+import base64
 import json
 import re
 import shutil
@@ -11,7 +12,19 @@ import pytest
 import yaml
 
 from seed_core.tools import cli
-from seed_core.tools.report import ReportError, discover, group, mean_ci, t_quantile
+from seed_core.tools.report import (
+    COLORS,
+    ReportError,
+    Run,
+    _band,
+    discover,
+    group,
+    learning_curve_summary,
+    mean_ci,
+    points,
+    render,
+    t_quantile,
+)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 PICK, LOOK = "pick_and_place_simple", "look_at_obj_in_light"
@@ -196,6 +209,7 @@ def test_report_renders_in_chromium(tmp_path, capsys):
     )
     assert imgs == [
         ("rollout/success_rate", "640", "300"),
+        ("val/success_rate", "640", "300"),
         ("opd/gate_mean", "640", "300"),
         ("skills/parse_rate", "640", "300"),
     ]
@@ -204,3 +218,167 @@ def test_report_renders_in_chromium(tmp_path, capsys):
     samples = re.findall(r'<li class="skill"><b>Δ ([^<]+)</b>', dom)
     assert samples == ["+0.3000", "+0.1000"]  # seed's re-scored skills, largest Δ first; grpo has none
     assert '<th>rl.method</th><td>"grpo"</td><td>"seed"</td>' in dom  # what distinguishes the methods
+
+
+# Learning curves: 3 seeds of grpo, 2 epochs x 2 updates. Training success per update, validation per epoch:
+TRAIN = {0: [0.0, 0.5, 0.5, 1.0], 1: [0.25, 0.25, 0.5, 0.5], 2: [0.0, 0.25, 0.75, 0.75]}
+VALID = {0: [0.2, 0.4], 1: [0.3, 0.6], 2: [0.1, 0.5]}
+# By hand, t(0.975, 2) = 4.303 and half-width = 4.303 * s / sqrt(3):
+#   epoch means per seed: s0 .25 .75, s1 .25 .5, s2 .125 .75
+#   train epoch 1: .25 .25 .125 -> mean 5/24, deviations (1, 1, -2)/24, s/sqrt(3) = 1/24 -> 20.8 ± 17.9
+#   train epoch 2: .75 .5 .75   -> mean 2/3,  deviations (1, -2, 1)/12, s/sqrt(3) = 1/12 -> 66.7 ± 35.9
+#   mean over all updates: .5 .375 .4375 -> mean .4375, s = 1/16 -> 43.8 ± 15.5
+#   validation: .2 .3 .1 -> 20.0 ± 24.8; .4 .6 .5 -> 50.0 ± 24.8 (s = .1 both)
+CURVE_HW = {"e1": 4.303 / 24, "e2": 4.303 / 12, "auc": 4.303 / 16 / 3**0.5, "val": 4.303 * 0.1 / 3**0.5}
+
+
+def make_curves(root: Path, extra: dict[str, dict] | None = None) -> Path:
+    """results/ with grpo-s0..2 (TRAIN, VALID) plus `extra` runs {name: {"train": [...], "rl": rl.json or None}}."""
+    results = root / "results"
+    runs = {
+        f"grpo-s{s}": {
+            "train": TRAIN[s],
+            "rl": {"validation": [{"epoch": e + 1, "val/success_rate": v} for e, v in enumerate(VALID[s])]},
+        }
+        for s in TRAIN
+    }
+    for name, run in {**runs, **(extra or {})}.items():
+        method, seed = name.split("-s")
+        d = results / name
+        (d / "metrics").mkdir(parents=True)
+        (d / "params.yaml").write_text(
+            yaml.safe_dump({"rl": {"method": method, "seed": int(seed), "epochs": 2, "updates_per_epoch": 2}})
+        )
+        (d / "metrics/eval.json").write_text(json.dumps({"rl": {"valid_seen": {"greedy": {"success/micro": 0.5}}}}))
+        ups = [{"update": u, "rollout/success_rate": y} for u, y in enumerate(run["train"])]
+        (d / "metrics/rl_updates.json").write_text(json.dumps(ups))
+        if run["rl"] is not None:
+            (d / "metrics/rl.json").write_text(json.dumps({"mean_over_updates": {}, **run["rl"]}))
+    return results
+
+
+def cells_of(page: str) -> dict[str, str]:
+    return dict(re.findall(r'<td data-key="([^"]+)"[^>]*>([^<]*)</td>', page))
+
+
+def charts_of(page: str) -> dict[str, str]:
+    """{metric: svg} of the page's embedded charts."""
+    found = re.findall(r'<img class="chart" alt="([^"]+)" src="data:image/svg\+xml;base64,([^"]+)">', page)
+    return {alt: base64.b64decode(data).decode() for alt, data in found}
+
+
+def bands(svg: str) -> list[tuple[str, list[tuple[float, float]]]]:
+    """(colour, outline points) of each shaded interval polygon."""
+    return [
+        (color, [tuple(map(float, p.split(","))) for p in pts.split()])
+        for pts, color in re.findall(r'<polygon class="band" points="([^"]+)" fill="([^"]+)"', svg)
+    ]
+
+
+def test_learning_curve_numbers_by_hand(tmp_path):
+    groups = group(discover([str(make_curves(tmp_path))])[0])
+    summary = learning_curve_summary(groups)["grpo"]
+    assert summary["seeds"] == 3
+    (m1, h1), (m2, h2) = summary["train_success_by_epoch"]
+    assert (m1, h1, m2, h2) == pytest.approx((5 / 24, CURVE_HW["e1"], 2 / 3, CURVE_HW["e2"]))
+    (v1, hv1), (v2, hv2) = summary["val_success_by_epoch"]
+    assert (v1, hv1, v2, hv2) == pytest.approx((0.2, CURVE_HW["val"], 0.5, CURVE_HW["val"]))
+    assert summary["train_success_auc"] == pytest.approx([0.4375, CURVE_HW["auc"]])
+
+    cells = cells_of(render([r for rs in groups.values() for r in rs]))
+    assert {k: v for k, v in cells.items() if k.startswith("curves/")} == {
+        "curves/grpo/rollout/success_rate/epoch_1": "20.8 ± 17.9",
+        "curves/grpo/rollout/success_rate/epoch_2": "66.7 ± 35.9",
+        "curves/grpo/val/success_rate/epoch_1": "20.0 ± 24.8",
+        "curves/grpo/val/success_rate/epoch_2": "50.0 ± 24.8",
+        "curves/grpo/rollout/success_rate/all_updates": "43.8 ± 15.5",
+    }
+
+
+def test_validation_sits_at_the_last_update_of_its_epoch(tmp_path):
+    groups = group(discover([str(make_curves(tmp_path))])[0])
+    assert points(groups["grpo"][0], "val/success_rate") == [(1, 0.2), (3, 0.4)]  # 2 updates per epoch
+    five = Run(
+        "r",
+        tmp_path,
+        "m",
+        "0",
+        {"rl": {"updates_per_epoch": 5}},
+        {},
+        rl=json.loads('{"validation": [{"epoch": 1, "val/success_rate": 0.1}, {"epoch": 2, "val/success_rate": 0.3}]}'),
+    )
+    assert points(five, "val/success_rate") == [(4, 0.1), (9, 0.3)]
+
+    # the validation chart comes right after training success, its band the interval at updates 1 and 3:
+    # x spans 1..3 over 410 px from 60; a rate spans 0..1 over 230 px from 30 (top)
+    svg = charts_of(render([r for rs in groups.values() for r in rs]))
+    assert list(svg)[:2] == ["rollout/success_rate", "val/success_rate"]
+    [(color, outline)] = bands(svg["val/success_rate"])
+    hw = CURVE_HW["val"]
+    expect = [(60, 0.2 + hw), (470, 0.5 + hw), (470, 0.5 - hw), (60, 0.2 - hw)]  # upper edge, then lower back
+    assert color == COLORS[0]
+    assert [c for pt in outline for c in pt] == pytest.approx(
+        [c for x, y in expect for c in (x, 30 + (1 - y) * 230)], abs=0.06
+    )
+
+
+def test_band_needs_two_seeds(tmp_path):
+    results = make_curves(
+        tmp_path,
+        {
+            "seed-s0": {
+                "train": [0.5, 0.5, 1.0, 1.0],
+                "rl": {"validation": [{"epoch": 1, "val/success_rate": 0.5}, {"epoch": 2, "val/success_rate": 0.75}]},
+            }
+        },
+    )
+    groups = group(discover([str(results)])[0])
+    svg = charts_of(render([r for rs in groups.values() for r in rs]))
+    for metric in ("rollout/success_rate", "val/success_rate"):
+        assert [c for c, _ in bands(svg[metric])] == [COLORS[0]], metric  # grpo (3 seeds) only, not seed (1)
+        assert svg[metric].count('class="band"') == 1
+        assert svg[metric].index('class="band"') < svg[metric].index("<polyline")  # under every line
+    assert len(bands(svg["rollout/success_rate"])[0][1]) == 8  # 4 updates, upper edge and lower edge
+    one = learning_curve_summary(groups)["seed"]
+    assert one["train_success_by_epoch"] == [[0.5, None], [1.0, None]] and one["train_success_auc"] == [0.75, None]
+    # the band breaks where fewer than 2 seeds have a value, rather than bridging it
+    assert _band({0: [0.0, 1.0], 1: [0.5], 2: [0.2, 0.2], 3: [0.4, 0.4]}) == [
+        [(0, 0.5 - 12.706 * 0.5, 0.5 + 12.706 * 0.5)],
+        [(2, 0.2, 0.2), (3, 0.4, 0.4)],
+    ]
+
+
+def test_runs_without_validation_have_no_validation_values(tmp_path):
+    # seed-s0 ran without a validation panel (rl.json logs {"epoch": e} alone); seed-s1 has no rl.json
+    results = make_curves(
+        tmp_path,
+        {
+            "seed-s0": {"train": [0.5, 0.5, 1.0, 1.0], "rl": {"validation": [{"epoch": 1}, {"epoch": 2}]}},
+            "seed-s1": {"train": [0.0, 0.5, 0.5, 1.0], "rl": None},
+        },
+    )
+    groups = group(discover([str(results)])[0])
+    summary = learning_curve_summary(groups)["seed"]
+    assert summary["val_success_by_epoch"] == []
+    (m1, h1), (m2, h2) = summary["train_success_by_epoch"]  # seeds .5 and .25, then 1 and .75: |a - b| / 2 = .125
+    assert (m1, h1, m2, h2) == pytest.approx((0.375, 12.706 * 0.125, 0.875, 12.706 * 0.125))
+    page = render([r for rs in groups.values() for r in rs])
+    cells = cells_of(page)
+    assert cells["curves/seed/val/success_rate/epoch_1"] == cells["curves/seed/val/success_rate/epoch_2"] == "–"
+    assert cells["curves/grpo/val/success_rate/epoch_2"] == "50.0 ± 24.8"
+    svg = charts_of(page)
+    assert [c for c, _ in bands(svg["val/success_rate"])] == [COLORS[0]]
+    assert ">seed (mean of 2)<" in svg["rollout/success_rate"] and ">seed (mean" not in svg["val/success_rate"]
+
+
+def test_cli_writes_the_summary_next_to_the_page(tmp_path, capsys):
+    results = make_curves(tmp_path)
+    page = tmp_path / "report.html"
+    cli.main(["report", str(results), "--out", str(page)])
+    assert capsys.readouterr().out.strip() == f"wrote {page}"
+    written = json.loads((tmp_path / "report.json").read_text())
+    assert written["grpo"]["train_success_auc"] == pytest.approx([0.4375, CURVE_HW["auc"]])
+    assert written == learning_curve_summary(group(discover([str(results)])[0]))
+    with pytest.raises(SystemExit) as e:
+        cli.main(["report", str(results), "--out", str(tmp_path / "report.json")])
+    assert e.value.code == 2 and "ends in .json, where the learning-curve numbers go" in capsys.readouterr().err

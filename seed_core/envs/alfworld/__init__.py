@@ -1,1 +1,72 @@
 """ALFWorld: game data and manifests (`data`), the environment (`env`), the oracle teacher, and expert replay."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from seed_core.envs import GameEntry
+
+
+class Alfworld:
+    """The `Environment` of real ALFWorld games under `data_root` (the params value, else $ALFWORLD_DATA, else
+    `.alfworld/`)."""
+
+    name = "alfworld"
+
+    def __init__(self, configured_root: str | None = None):
+        from seed_core.envs.alfworld.data import data_root
+
+        self.root = data_root(configured_root)
+        self._facts_oracle = None  # reads each game file once for `key_names`
+
+    def write_manifests(self, cfg, manifest_dir: Path) -> dict[str, int]:
+        """Task-type-stratified, seeded, sorted subsets of ALFWorld's splits; `warmup` is drawn from the training
+        games left after `train`, so the behaviour-cloning games are never RL games."""
+        from seed_core.envs.alfworld.data import list_games, stratified_subset, verify, write_manifest
+
+        verify(self.root)
+        train_pool = list_games(self.root, "train")
+        train = stratified_subset(train_pool, cfg.train_games, cfg.seed)
+        warmup = (
+            stratified_subset(train_pool, cfg.warmup_games, cfg.seed + 1, exclude=set(train))
+            if cfg.warmup_games
+            else []
+        )
+        chosen = {
+            "train": train,
+            "warmup": warmup,
+            "valid_seen": stratified_subset(list_games(self.root, "valid_seen"), cfg.valid_seen_games, cfg.seed),
+            "valid_unseen": stratified_subset(list_games(self.root, "valid_unseen"), cfg.valid_unseen_games, cfg.seed),
+        }
+        for name, games in chosen.items():
+            write_manifest(Path(manifest_dir) / f"{name}.json", self.root, games)
+        return {k: len(v) for k, v in chosen.items()}
+
+    def read_manifest(self, path: Path) -> list[GameEntry]:
+        from seed_core.envs.alfworld.data import read_manifest
+
+        return read_manifest(Path(path), self.root)
+
+    def open_pool(self, workers: int):
+        from seed_core.envs.alfworld.env import EnvPool
+
+        return EnvPool(self.root, workers)
+
+    def expert_examples(self, entries: list[GameEntry], env, progress: bool = True) -> list[dict]:
+        from seed_core.envs.alfworld.expert import expert_examples
+
+        return expert_examples(self.root, entries, env, progress)
+
+    def oracle(self, max_chars: int | None = None):
+        from seed_core.envs.alfworld.oracle import OracleTeacher
+
+        return OracleTeacher(self.root, max_chars)
+
+    def key_names(self, traj) -> list[str]:
+        """Receptacles where an instance of the task's target object starts, from the game file."""
+        self._facts_oracle = self._facts_oracle or self.oracle()
+        facts = self._facts_oracle.game_facts(traj.game_id, traj.task_type)
+        return sorted({r for _, r in facts.instances_of(facts.target)})
+
+    def source(self) -> dict[str, str]:
+        return {"alfworld_data": str(self.root)}

@@ -31,7 +31,6 @@ TASK_TYPES = (
     "pick_cool_then_place_in_recep",
     "pick_two_obj_and_place",
 )
-TASK_SHORT = dict(zip(TASK_TYPES, ("pick", "look", "clean", "heat", "cool", "pick2")))  # the paper's column names
 GAME_FILE = "game.tw-pddl"
 REPO_DATA_DIR = ".alfworld"
 

@@ -1,0 +1,1 @@
+"""Sokoban: rooms from seeds, gym-sokoban's rules, a BFS solver, and the oracle teacher."""

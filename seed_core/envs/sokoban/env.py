@@ -1,0 +1,190 @@
+"""Sokoban behind the environment protocol: rooms from seeds, manifests of seeds, expert steps from the solver.
+
+A game id is a room's seed (decimal). Training seeds (train and warmup manifests) come from
+`TRAIN_SEEDS`, evaluation seeds (valid_seen and valid_unseen) from the disjoint `EVAL_SEEDS`, so no
+evaluation room is ever trained on; `valid_seen` and `valid_unseen` are both held-out rooms (Sokoban has no
+seen/unseen scenes: two panels keep ALFWorld's report shape). A manifest line stores the sha256 of the
+generated room, so a changed generator is refused instead of silently playing other rooms.
+
+Steps cost microseconds, so the pool steps every room in this process (`env.workers` is not used).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from tqdm import tqdm
+
+from seed_core.envs import EnvState, GameEntry
+from seed_core.envs.sokoban.room import ACTIONS, Room, generate_room, solve
+from seed_core.method.prompts import SOKOBAN_TASK, sokoban_step_prompt
+from seed_core.records import DataError, write_json
+
+TRAIN_SEEDS = range(0, 1_000_000)
+EVAL_SEEDS = range(1_000_000, 2_000_000)
+TASK_TYPE = "sokoban"
+MANIFEST_SPLIT = {"train": "train", "warmup": "train", "valid_seen": "valid_seen", "valid_unseen": "valid_unseen"}
+"""Each manifest's split; `train` seeds come from TRAIN_SEEDS, the others from EVAL_SEEDS."""
+
+
+def seed_of(game_id: str) -> int:
+    if not game_id.isdigit():
+        raise DataError(f"Sokoban game id {game_id!r} is not a seed (a non-negative integer)")
+    return int(game_id)
+
+
+def seed_range(split: str) -> range:
+    return TRAIN_SEEDS if split == "train" else EVAL_SEEDS
+
+
+def think_text(room: Room, action: str) -> str:
+    """The expert's one-line reasoning: whether the move pushes a box toward a target or walks into position."""
+    (dr, dc), (r, c) = ACTIONS[action], room.player
+    if (r + dr, c + dc) in room.boxes:
+        return f"The box is {action} of me; pushing it {action} brings it closer to a target."
+    return f"I walk {action} to get behind a box, on the side away from its target."
+
+
+def completion(think: str, action: str) -> str:
+    return f"<think>{think}</think>\n<action>{action}</action>"
+
+
+class SokobanPool:
+    """Rooms by slot, stepped in this process; `reset` regenerates each room from its seed."""
+
+    def __init__(self, dim: tuple[int, int], num_boxes: int):
+        self.dim, self.num_boxes = dim, num_boxes
+        self.rooms: dict[int, Room] = {}
+        self._cache: dict[int, Room] = {}
+
+    def room(self, seed: int) -> Room:
+        if seed not in self._cache:
+            self._cache[seed] = generate_room(seed, self.dim, self.num_boxes)
+        return self._cache[seed]
+
+    def _state(self, room: Room, reward: float = 0.0) -> EnvState:
+        return EnvState(room.text(), list(ACTIONS), room.won, SOKOBAN_TASK, reward)
+
+    def reset(self, game_ids: list[str]) -> list[EnvState]:
+        self.rooms = {i: self.room(seed_of(g)) for i, g in enumerate(game_ids)}
+        return [self._state(r) for r in self.rooms.values()]
+
+    def step(self, actions: dict[int, str]) -> dict[int, EnvState]:
+        out = {}
+        for i, a in actions.items():
+            self.rooms[i], reward, _ = self.rooms[i].step(a)
+            out[i] = self._state(self.rooms[i], reward)
+        return out
+
+    def close(self) -> None:
+        self.rooms = {}
+
+    def __enter__(self) -> SokobanPool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Sokoban:
+    """The `Environment` of Sokoban rooms of size `dim` with `num_boxes` boxes."""
+
+    name = "sokoban"
+
+    def __init__(self, dim: tuple[int, int] = (6, 6), num_boxes: int = 1):
+        self.dim, self.num_boxes = tuple(dim), num_boxes
+        self._pool = SokobanPool(self.dim, num_boxes)  # a room cache shared by manifests and expert replay
+
+    def write_manifests(self, cfg, manifest_dir: Path) -> dict[str, int]:
+        """Seeded, sorted seed samples: train and warmup from TRAIN_SEEDS (disjoint), the validation panels
+        from EVAL_SEEDS (disjoint)."""
+        counts = {
+            "train": cfg.train_games,
+            "warmup": cfg.warmup_games,
+            "valid_seen": cfg.valid_seen_games,
+            "valid_unseen": cfg.valid_unseen_games,
+        }
+        for name, n in counts.items():
+            if n < 0:
+                raise DataError(
+                    f"params: `prepare.{name}_games` is {n}; Sokoban needs a count >= 0 (rooms are unbounded)"
+                )
+        rng = random.Random(cfg.seed)
+        train = rng.sample(TRAIN_SEEDS, counts["train"] + counts["warmup"])
+        evals = rng.sample(EVAL_SEEDS, counts["valid_seen"] + counts["valid_unseen"])
+        chosen = {
+            "train": train[: counts["train"]],
+            "warmup": train[counts["train"] :],
+            "valid_seen": evals[: counts["valid_seen"]],
+            "valid_unseen": evals[counts["valid_seen"] :],
+        }
+        for name, seeds in chosen.items():
+            entries = [
+                GameEntry(str(s), MANIFEST_SPLIT[name], TASK_TYPE, self._pool.room(s).sha256()) for s in sorted(seeds)
+            ]
+            write_json(Path(manifest_dir) / f"{name}.json", {"games": [e.__dict__ for e in entries]})
+        return counts
+
+    def read_manifest(self, path: Path) -> list[GameEntry]:
+        """The rooms of a manifest, each regenerated and checked against its recorded sha256 and seed range."""
+        path = Path(path)
+        if not path.exists():
+            raise DataError(f"manifest {path} does not exist; run the prepare stage (`dvc repro prepare`)")
+        entries = [GameEntry(**e) for e in json.loads(path.read_text())["games"]]
+        for e in entries:
+            seed, allowed = seed_of(e.game_id), seed_range(e.split)
+            if seed not in allowed:
+                raise DataError(
+                    f"manifest {path}: seed {seed} of split {e.split!r} is outside its range "
+                    f"[{allowed.start}, {allowed.stop}) (training and evaluation seeds must not overlap); "
+                    "re-run prepare (`dvc repro prepare`)"
+                )
+            if self._pool.room(seed).sha256() != e.sha256:
+                raise DataError(
+                    f"Sokoban room {seed} of manifest {path} no longer matches its recorded sha256 (the generator "
+                    f"or env.sokoban_dim={list(self.dim)} / env.sokoban_boxes={self.num_boxes} changed); "
+                    "re-run prepare (`dvc repro prepare`)"
+                )
+        return entries
+
+    def open_pool(self, workers: int) -> SokobanPool:
+        return SokobanPool(self.dim, self.num_boxes)
+
+    def expert_examples(self, entries: list[GameEntry], env, progress: bool = True) -> list[dict]:
+        """The solver's shortest plan of each room as step examples, rendered as `rollout.play` renders them."""
+        examples: list[dict] = []
+        for e in tqdm(entries, desc="expert plans", unit="room", disable=not progress):
+            room = self._pool.room(seed_of(e.game_id))
+            plan = solve(room)
+            if plan is None or len(plan) > env.max_steps:
+                continue
+            history: list[tuple[str, str]] = []
+            for t, action in enumerate(plan):
+                prompt = sokoban_step_prompt(SOKOBAN_TASK, room.text(), list(ACTIONS), history, env.history_length)
+                examples.append(
+                    {
+                        "prompt": prompt,
+                        "completion": completion(think_text(room, action), action),
+                        "game_id": e.game_id,
+                        "step": t,
+                    }
+                )
+                history.append((room.text(), action))
+                room, _, _ = room.step(action)
+            if not room.won:  # the solver and the rules disagree: a bug, never a data problem
+                raise RuntimeError(f"the solver's plan for room {e.game_id} does not win it")
+        return examples
+
+    def oracle(self, max_chars: int | None = None):
+        from seed_core.envs.sokoban.oracle import SokobanOracleTeacher
+
+        return SokobanOracleTeacher(self.dim, self.num_boxes, max_chars)
+
+    def key_names(self, traj) -> list[str]:
+        """The target cells, as the oracle's skills write them ("(3, 2)")."""
+        return [f"({r}, {c})" for r, c in self._pool.room(seed_of(traj.game_id)).targets]
+
+    def source(self) -> dict[str, str]:
+        return {"sokoban_rooms": f"generated from seeds, dim {list(self.dim)}, {self.num_boxes} box(es)"}

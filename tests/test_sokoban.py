@@ -1,0 +1,163 @@
+"""Sokoban behind the environment protocol: manifests of seeds, the rollout's rewards, expert steps, the oracle
+on played trajectories, and one RL update per method with SmolLM2."""
+
+import json
+
+import pytest
+import torch
+
+from seed_core.config import ConfigError, params_from_dict
+from seed_core.envs import environment
+from seed_core.envs.sokoban.env import EVAL_SEEDS, TRAIN_SEEDS
+from seed_core.envs.sokoban.room import generate_room, solve
+from seed_core.policy import Generation
+from seed_core.records import DataError
+from seed_core.rollout import play, summarize
+from seed_core.stages.rl import RLRun
+
+SOKOBAN = {
+    "env": {"name": "sokoban", "max_steps": 15, "history_length": 2, "workers": 0},
+    "prepare": {"train_games": 6, "warmup_games": 4, "valid_seen_games": 3, "valid_unseen_games": 2},
+}
+
+
+def sokoban_params(**sections):
+    raw = json.loads(json.dumps(SOKOBAN))
+    for k, v in sections.items():
+        raw.setdefault(k, {}).update(v)
+    return params_from_dict(raw)
+
+
+class Scripted:
+    """A policy that answers each prompt from a table (prompt -> response); unknown prompts get `default`."""
+
+    def __init__(self, answers: dict[str, str], default: str = "no idea"):
+        self.answers, self.default, self.seen = answers, default, []
+
+    def generate(self, prompts, **kw):
+        self.seen += prompts
+        return [Generation(self.answers.get(p, self.default), [1], [0.0], True) for p in prompts]
+
+
+@pytest.fixture()
+def manifests(tmp_path):
+    p = sokoban_params()
+    counts = environment(p).write_manifests(p.prepare, tmp_path)
+    assert counts == {"train": 6, "warmup": 4, "valid_seen": 3, "valid_unseen": 2}
+    return p, tmp_path
+
+
+def test_manifests_are_seeds_from_disjoint_ranges(manifests):
+    p, d = manifests
+    env = environment(p)
+    games = {n: env.read_manifest(d / f"{n}.json") for n in ("train", "warmup", "valid_seen", "valid_unseen")}
+    seeds = {n: [int(e.game_id) for e in g] for n, g in games.items()}
+    assert all(s == sorted(s) for s in seeds.values())
+    assert all(s in TRAIN_SEEDS for s in seeds["train"] + seeds["warmup"])
+    assert all(s in EVAL_SEEDS for s in seeds["valid_seen"] + seeds["valid_unseen"])
+    assert not set(seeds["train"]) & set(seeds["warmup"]) and not set(seeds["valid_seen"]) & set(seeds["valid_unseen"])
+    again = d / "again"
+    env.write_manifests(p.prepare, again)
+    assert all((again / f"{n}.json").read_text() == (d / f"{n}.json").read_text() for n in games)
+    assert games["train"][0].sha256 == generate_room(seeds["train"][0]).sha256()
+
+
+def test_bad_manifests_and_params_are_refused(manifests):
+    p, d = manifests
+    env = environment(p)
+    m = json.loads((d / "train.json").read_text())
+    m["games"][0]["game_id"] = str(EVAL_SEEDS.start + 5)  # an evaluation seed in a training manifest
+    (d / "leak.json").write_text(json.dumps(m))
+    with pytest.raises(DataError, match=r"seed 1000005 of split 'train' is outside its range \[0, 1000000\)"):
+        env.read_manifest(d / "leak.json")
+    other = environment(sokoban_params(env={"sokoban_dim": [7, 7]}))
+    with pytest.raises(DataError, match=r"no longer matches its recorded sha256.*sokoban_dim=\[7, 7\]"):
+        other.read_manifest(d / "train.json")
+    m["games"][0]["game_id"] = "valid_seen/x"
+    (d / "bad.json").write_text(json.dumps(m))
+    with pytest.raises(DataError, match="'valid_seen/x' is not a seed"):
+        env.read_manifest(d / "bad.json")
+    with pytest.raises(ConfigError, match=r"`env.name` must be one of \['alfworld', 'sokoban'\], got 'chess'"):
+        sokoban_params(env={"name": "chess"})
+    with pytest.raises(ConfigError, match="env.sokoban_boxes"):
+        sokoban_params(env={"sokoban_boxes": 50})
+    with pytest.raises(ConfigError, match="env.sokoban_dim"):
+        sokoban_params(env={"sokoban_dim": [3, 3]})
+
+
+def test_expert_steps_replay_through_the_rollout_with_the_rules_rewards(manifests):
+    """The expert's examples are exactly the rollout's prompts: answered from them, every room is won with the
+    solver's plan, and each step's reward is -0.1 (+1 when the box lands on the target, +10 for the win)."""
+    p, d = manifests
+    env = environment(p)
+    entries = env.read_manifest(d / "warmup.json")
+    examples = env.expert_examples(entries, p.env, progress=False)
+    policy = Scripted({x["prompt"]: x["completion"] for x in examples})
+    with env.open_pool(0) as pool:
+        trajs = play(policy, pool, entries, group_size=1, env=p.env, gen=p.rollout, seed=0, tag="t", progress=False)
+    for e, t in zip(entries, trajs):
+        plan = solve(generate_room(int(e.game_id)))
+        assert t.won and [s.action for s in t.steps] == plan and t.invalid_count == 0
+        assert [s.reward for s in t.steps] == pytest.approx([-0.1] * (len(plan) - 1) + [-0.1 + 1 + 10])
+    assert summarize(trajs)["success/sokoban"] == 1.0
+
+
+def test_invalid_and_unknown_actions_are_no_ops_with_the_penalty(manifests):
+    p, d = manifests
+    env = environment(p)
+    entry = env.read_manifest(d / "valid_seen.json")[:1]
+    for answer in ("<think>x</think><action>jump</action>", "<action>up</action>", "up"):
+        with env.open_pool(0) as pool:
+            (t,) = play(Scripted({}, answer), pool, entry, group_size=1, env=p.env, gen=p.rollout, seed=0, tag="t")
+        assert not t.won and t.length == 15 and t.invalid_count == 15
+        assert [s.reward for s in t.steps] == pytest.approx([-0.1 - 0.1] * 15)
+        assert {s.feedback for s in t.steps} == {generate_room(int(entry[0].game_id)).text()}  # nothing moved
+
+
+def test_oracle_and_key_names_on_played_trajectories(manifests):
+    p, d = manifests
+    env = environment(p)
+    entry = env.read_manifest(d / "valid_seen.json")[:1]
+    with env.open_pool(0) as pool:
+        (lost,) = play(Scripted({}, "nothing"), pool, entry, group_size=1, env=p.env, gen=p.rollout, seed=0, tag="t")
+    answer = json.loads(env.oracle(300).complete_trajectories([lost])[0].text)
+    room = generate_room(int(entry[0].game_id))
+    assert answer["episode_summary"].startswith(f"Failure after 15 step(s) (optimal {len(solve(room))})")
+    assert "invalid" in answer["episode_skill"] and len(answer["episode_skill"]) <= 300
+    assert env.key_names(lost) == [f"({r}, {c})" for r, c in room.targets]
+
+
+@pytest.mark.parametrize(
+    "method,advantage", [("grpo", "grpo"), ("seed", "grpo"), ("grpo_opsd", "grpo"), ("sdar", "grpo"), ("seed", "gigpo")]
+)
+def test_one_rl_update_per_method_on_sokoban(method, advantage, base_model_dir, tmp_path):
+    """SmolLM2 plays 2 rooms x 2 episodes of 3 steps; the update runs and changes the LoRA weights."""
+    p = sokoban_params(
+        env={"max_steps": 3},
+        model={"dtype": "float32"},
+        rollout={"max_new_tokens": 12, "batch_size": 8, "backend": "hf"},
+        rl={
+            "method": method,
+            "advantage": advantage,
+            "epochs": 1,
+            "updates_per_epoch": 1,
+            "games_per_update": 2,
+            "group_size": 2,
+            "validation_games": 1,
+            "analyzer_max_new_tokens": 16,
+            "sdar_skills": "recipes/sdar_skills_sokoban.yaml",
+            "learning_rate": 0.01,
+        },
+    )
+    environment(p).write_manifests(p.prepare, tmp_path / "m")
+    run = RLRun(p, base_model_dir, tmp_path / "m", tmp_path / "run")
+    before = {k: v.detach().clone() for k, v in run.trainer.model.named_parameters() if v.requires_grad}
+    out = run.run_epoch(1)
+    run.pool.close()
+    after = dict(run.trainer.model.named_parameters())
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    assert out["rollout/success_rate"] >= 0 and "val/success_rate" in out
+    skills = (tmp_path / "run" / "epoch_001" / "skills.jsonl").read_text().splitlines()
+    assert len(skills) == (0 if method == "grpo" else 4)
+    if method == "sdar":
+        assert all("never push a box into a corner" in json.loads(s)["skill"].lower() for s in skills)
