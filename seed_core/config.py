@@ -102,9 +102,12 @@ class EnvConfig:
     def __post_init__(self) -> None:
         _check(self.max_steps >= 1, "env.max_steps", f"must be >= 1, got {self.max_steps}")
         if self.name == "sokoban":
-            from seed_core.envs.sokoban.room import check_room_params  # numpy only
+            from seed_core.envs.sokoban.room import GenerationError, check_room_params  # numpy only
 
-            check_room_params(self.sokoban_dim, self.sokoban_boxes)
+            try:
+                check_room_params(self.sokoban_dim, self.sokoban_boxes)
+            except GenerationError as e:  # its message names the key and what fits
+                raise ConfigError(str(e)) from None
         _check(self.history_length >= 0, "env.history_length", f"must be >= 0, got {self.history_length}")
         _check(self.invalid_penalty >= 0, "env.invalid_penalty", "must be >= 0 (it is subtracted)")
         _check(self.workers >= 0, "env.workers", f"must be >= 0, got {self.workers}")
