@@ -203,7 +203,8 @@ def cmd_report(args: argparse.Namespace) -> None:
     from seed_core.tools.report import ReportError, write_report
 
     try:
-        print(f"wrote {write_report(args.runs, args.out, args.model, args.samples)}")
+        out = write_report(args.runs, args.out, args.model, args.samples)
+        print(f"wrote {out} and {Path(out).with_suffix('.json')} (the learning-curve numbers)")
     except (ReportError, ValueError) as e:
         _fail(e)
 
@@ -352,7 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
         "metrics/rl_updates.json, skills.jsonl), NAME=FOLDER to name it, or a folder of run folders such as the "
         "results/ of `seed sweep` (whose sweep.json lists failed runs). Folders named <method>-s<seed> are seeds "
         "of one method; each table cell is the mean over seeds ± the half-width of a 95% Student-t interval. "
-        "Learning curves and OPD statistics come from the rl metrics; sample skills from the corpora.",
+        "Learning curves (with 95% bands) and OPD statistics come from the rl metrics; sample skills from the "
+        "corpora. The learning-curve table's numbers are also written as JSON next to the page (OUT with .json).",
     )
     rp.add_argument("runs", nargs="+", metavar="RUN")
     rp.add_argument("--out", default="report.html", help="the page to write (default: report.html)")
