@@ -61,8 +61,7 @@ def sokoban_step_prompt(
     """The Sokoban user message for one step; `history` and `history_length` as in `step_prompt`."""
     part = ""
     if history:
-        shown = history[-history_length:] if history_length > 0 else []
-        first = len(history) - len(shown) + 1
+        first, shown = _recent(history, history_length)
         lines = "".join(
             f"\n[Observation {first + i}:\n{obs}\nAction {first + i}: '{act}']" for i, (obs, act) in enumerate(shown)
         )
@@ -74,6 +73,12 @@ def sokoban_step_prompt(
     return SOKOBAN_PROMPT.format(
         task=task, history=part, observation=observation, actions=format_actions(admissible_actions)
     )
+
+
+def _recent(history: list[tuple[str, str]], history_length: int) -> tuple[int, list[tuple[str, str]]]:
+    """The last `history_length` pairs of `history` and the 1-based step number of the first of them."""
+    shown = history[-history_length:] if history_length > 0 else []
+    return len(history) - len(shown) + 1, shown
 
 
 def format_actions(actions: list[str]) -> str:
@@ -96,8 +101,7 @@ def step_prompt(
         return STEP_PROMPT_NO_HISTORY.format(
             task=task, observation=observation, actions=format_actions(admissible_actions)
         )
-    shown = history[-history_length:] if history_length > 0 else []
-    first = len(history) - len(shown) + 1
+    first, shown = _recent(history, history_length)
     lines = "".join(
         f"\n[Observation {first + i}: '{obs}', Action {first + i}: '{act}']" for i, (obs, act) in enumerate(shown)
     )

@@ -292,3 +292,22 @@ def analyze(
             )
         )
     return skills, stats
+
+
+# ---------------------------------------------------------------- oracle answers
+
+
+def _fit(parts: Sequence[str], max_chars: int | None) -> str:
+    """The parts (most important first) joined by spaces, keeping each one that still fits in `max_chars`; the
+    first is always kept."""
+    kept = [parts[0]]
+    for part in parts[1:]:
+        if max_chars is None or len(" ".join([*kept, part])) <= max_chars:
+            kept.append(part)
+    return " ".join(kept)
+
+
+def budgeted_answer(summary: Sequence[str], skill: Sequence[str], max_chars: int | None) -> dict[str, str]:
+    """An oracle's answer from sentences in priority order: the skill keeps whole sentences while they fit in
+    `max_chars`, the summary (context for a reader, never injected) in half of it; None: no limit."""
+    return {"episode_summary": _fit(summary, max_chars and max_chars // 2), "episode_skill": _fit(skill, max_chars)}

@@ -194,7 +194,9 @@ def test_report_renders_in_chromium(tmp_path, capsys):
     results = make_results(tmp_path)
     page = tmp_path / "report.html"
     cli.main(["report", str(results), "--out", str(page)])
-    assert capsys.readouterr().out.strip() == f"wrote {page}"
+    assert (
+        capsys.readouterr().out.strip() == f"wrote {page} and {page.with_suffix('.json')} (the learning-curve numbers)"
+    )
     source = page.read_text()
     assert 'src="http' not in source and "<link" not in source  # self-contained
     dom = rendered_dom(page, tmp_path)
@@ -375,7 +377,9 @@ def test_cli_writes_the_summary_next_to_the_page(tmp_path, capsys):
     results = make_curves(tmp_path)
     page = tmp_path / "report.html"
     cli.main(["report", str(results), "--out", str(page)])
-    assert capsys.readouterr().out.strip() == f"wrote {page}"
+    assert (
+        capsys.readouterr().out.strip() == f"wrote {page} and {page.with_suffix('.json')} (the learning-curve numbers)"
+    )
     written = json.loads((tmp_path / "report.json").read_text())
     assert written["grpo"]["train_success_auc"] == pytest.approx([0.4375, CURVE_HW["auc"]])
     assert written == learning_curve_summary(group(discover([str(results)])[0]))

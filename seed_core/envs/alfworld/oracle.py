@@ -41,6 +41,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from seed_core.envs.alfworld.data import DataError, game_path, how_to_install, import_alfworld
+from seed_core.method.skills import budgeted_answer
 from seed_core.method.teachers import TeacherAnswer, TeacherStats
 from seed_core.records import Step, Trajectory
 
@@ -494,20 +495,6 @@ def _detours(r: EpisodeReplay, needed: set[str]) -> list[str]:
     return list(dict.fromkeys(rec for _, rec in r.visits if rec not in needed))
 
 
-def _fit(parts: Sequence[str], max_chars: int | None) -> str:
-    """The parts (most important first) joined by spaces, keeping each one that still fits in `max_chars`; the
-    first is always kept."""
-    kept = [parts[0]]
-    for part in parts[1:]:
-        if max_chars is None or len(" ".join([*kept, part])) <= max_chars:
-            kept.append(part)
-    return " ".join(kept)
-
-
-def _answer(summary: Sequence[str], skill: Sequence[str], max_chars: int | None) -> dict[str, str]:
-    return {"episode_summary": _fit(summary, max_chars and max_chars // 2), "episode_skill": _fit(skill, max_chars)}
-
-
 def success_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = None) -> dict[str, str]:
     r = replay(traj.steps)
     route = effective_route(traj.steps, facts, r) or list(facts.walkthrough)
@@ -526,7 +513,7 @@ def success_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = N
         f"{len(r.no_effect)} action(s) with no effect.",
         f"Effective route: {', '.join(route)}.",
     ]
-    return _answer(summary, parts, max_chars)
+    return budgeted_answer(summary, parts, max_chars)
 
 
 def failure_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = None) -> dict[str, str]:
@@ -575,7 +562,7 @@ def failure_answer(traj: Trajectory, facts: GameFacts, max_chars: int | None = N
     ]
     if r.loops:
         summary.append(f"Most repeated: {_quote(r.loops[0][0])} x{r.loops[0][1]}.")
-    return _answer(summary, parts, max_chars)
+    return budgeted_answer(summary, parts, max_chars)
 
 
 # ---------------------------------------------------------------- the teacher

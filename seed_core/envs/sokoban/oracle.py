@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from seed_core.envs.sokoban.room import ACTIONS, TARGET, WALL, Cell, Room, generate_room, search
+from seed_core.method.skills import budgeted_answer
 from seed_core.method.teachers import TeacherAnswer, TeacherStats
 from seed_core.records import DataError, Trajectory
 
@@ -274,7 +275,7 @@ def success_answer(a: EpisodeAnalysis, max_chars: int | None = None) -> dict[str
     parts.append(_CHECK_PUSH)
     summary = [f"Success in {a.steps} step(s) ({_optimal(a)}).", _counts(a)]
     summary.append(f"Moves: {_plan(a.effective)}.")
-    return _answer(summary, parts, max_chars)
+    return budgeted_answer(summary, parts, max_chars)
 
 
 def failure_answer(a: EpisodeAnalysis, max_chars: int | None = None) -> dict[str, str]:
@@ -294,11 +295,11 @@ def failure_answer(a: EpisodeAnalysis, max_chars: int | None = None) -> dict[str
             "left the room unsolvable.",
             counts,
         ]
-        return _answer(summary, parts, max_chars)
+        return budgeted_answer(summary, parts, max_chars)
     if a.start_plan is None:
         parts = [_WORKFLOW, _CHECK_PUSH, *_waste_notes(a)]
         summary = [f"Failure after {a.steps} step(s): the solver found no plan for this room from the start.", counts]
-        return _answer(summary, parts, max_chars)
+        return budgeted_answer(summary, parts, max_chars)
     if a.last_plan is not None:
         still = f"and the room still needed {len(a.last_plan)} more step(s): {_plan(a.last_plan)}"
     else:
@@ -316,21 +317,7 @@ def failure_answer(a: EpisodeAnalysis, max_chars: int | None = None) -> dict[str
     ]
     need = f"{len(a.last_plan)} more step(s) were needed" if a.last_plan is not None else "the rest is unknown"
     summary = [f"Failure after {a.steps} step(s) ({_optimal(a)}): the room stayed solvable; {need}.", counts]
-    return _answer(summary, parts, max_chars)
-
-
-def _fit(parts: Sequence[str], max_chars: int | None) -> str:
-    """The parts (most important first) joined by spaces, keeping each one that still fits in `max_chars`; the
-    first is always kept."""
-    kept = [parts[0]]
-    for part in parts[1:]:
-        if max_chars is None or len(" ".join([*kept, part])) <= max_chars:
-            kept.append(part)
-    return " ".join(kept)
-
-
-def _answer(summary: Sequence[str], skill: Sequence[str], max_chars: int | None) -> dict[str, str]:
-    return {"episode_summary": _fit(summary, max_chars and max_chars // 2), "episode_skill": _fit(skill, max_chars)}
+    return budgeted_answer(summary, parts, max_chars)
 
 
 class SokobanOracleTeacher:
