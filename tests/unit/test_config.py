@@ -97,3 +97,23 @@ def test_seed_params_explain_prints_the_table(capsys):
     args = build_parser().parse_args(["params", "--explain"])
     args.func(args)
     assert capsys.readouterr().out == explain_markdown()
+
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in sorted(RECIPES.glob("*.yaml")) if not p.name.startswith("sdar_skills")], ids=lambda p: p.name
+)
+def test_every_params_recipe_loads(path):
+    assert load_params(path).rl.epochs >= 1
+
+
+def test_the_sokoban_sweep_fits_the_sokoban_recipe():
+    from seed_core.tools.sweep import check_params, load_recipe
+
+    combos = load_recipe(RECIPES / "sweeps/sokoban-science.yaml")
+    assert {(c.method, c.seed) for c in combos} == {(m, s) for m in ("grpo", "seed") for s in range(3)}
+    for c in combos:
+        raw = check_params(RECIPES / "sokoban.yaml", c.overrides)
+        assert raw["env"]["name"] == "sokoban" and raw["rl"]["method"] == c.method
