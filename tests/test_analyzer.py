@@ -10,7 +10,7 @@ import pytest
 from test_sft_data import GAMES, SAMPLES, small_params, tiny_model_dir, train_manifest  # noqa: F401 (fixtures)
 
 from seed_core.config import params_from_dict
-from seed_core.envs.alfworld.oracle import OracleTeacher
+from seed_core.envs.alfworld import Alfworld
 from seed_core.models import load_model
 from seed_core.records import Skill, Trajectory, read_jsonl
 from seed_core.stages.build_sft_data import run_build_sft_data
@@ -19,7 +19,6 @@ from seed_core.stages.train_analyzer import (
     rehearsal_examples,
     run_train_analyzer,
     skill_quality,
-    target_locations,
     token_f1,
 )
 
@@ -48,14 +47,14 @@ def sft_set(alfworld_root, tiny_model_dir, train_manifest, tmp_path_factory) -> 
 def test_skill_quality_of_the_teacher_itself_is_perfect(alfworld_root, sft_set):
     trajs = list(read_jsonl(sft_set / "validation_trajectories.jsonl", Trajectory))
     reference = {s.traj_id: s for s in read_jsonl(sft_set / "skills.jsonl", Skill)}
-    oracle = OracleTeacher(alfworld_root)
-    same = skill_quality(trajs, [reference[t.traj_id] for t in trajs], reference, oracle)
+    env = Alfworld(str(alfworld_root))
+    same = skill_quality(trajs, [reference[t.traj_id] for t in trajs], reference, env)
     assert same["parse_rate"] == 1.0 and same["skill_token_f1"] == 1.0
     # The oracle's failure skills name where the target really was, so every trajectory is eligible.
     assert same["location_eligible"] == len(trajs) and same["target_location_hit"] == 1.0
-    assert all(target_locations(oracle, t) for t in trajs)
+    assert all(env.key_names(t) for t in trajs)
     unparsed = [Skill(**{**reference[t.traj_id].__dict__, "parse_status": "failed", "skill": ""}) for t in trajs]
-    none = skill_quality(trajs, unparsed, reference, oracle)
+    none = skill_quality(trajs, unparsed, reference, env)
     assert none["parse_rate"] == 0.0 and none["skill_token_f1"] == 0.0 and none["target_location_hit"] == 0.0
 
 
@@ -119,7 +118,7 @@ def test_rehearsal_examples_are_the_first_warmup_games_expert_steps(alfworld_roo
         }
     )
     first = read_manifest(train_manifest, alfworld_root)[0]
-    got = rehearsal_examples(params, train_manifest, alfworld_root)
+    got = rehearsal_examples(params, train_manifest, Alfworld(str(alfworld_root)))
     walkthrough = _walkthrough(game_path(alfworld_root, first.game_id))
     assert len(got) == len(walkthrough) > 0
     assert [x["completion"].rsplit("<action>", 1)[1].removesuffix("</action>") for x in got] == walkthrough
@@ -128,4 +127,6 @@ def test_rehearsal_examples_are_the_first_warmup_games_expert_steps(alfworld_roo
         for x in expert_examples(alfworld_root, [first], params.env, progress=False)
     ]
     off = params_from_dict({"data": {"alfworld_data": str(alfworld_root)}})
-    assert rehearsal_examples(off, train_manifest, alfworld_root) == []  # the paper's setting: skills only
+    assert (
+        rehearsal_examples(off, train_manifest, Alfworld(str(alfworld_root))) == []
+    )  # the paper's setting: skills only
