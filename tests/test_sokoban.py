@@ -13,7 +13,7 @@ from seed_core.envs.sokoban.room import generate_room, solve
 from seed_core.policy import Generation
 from seed_core.records import DataError
 from seed_core.rollout import play, summarize
-from seed_core.stages.rl import RLRun
+from seed_core.stages.rl import RLRun, fingerprint
 
 SOKOBAN = {
     "env": {"name": "sokoban", "max_steps": 15, "history_length": 2, "workers": 0},
@@ -166,3 +166,10 @@ def test_one_rl_update_per_method_on_sokoban(method, advantage, base_model_dir, 
         assert out["opd/active_token_ratio"] > 0 and changed
     if method == "grpo":
         assert out["rollout/invalid_rate"] == 1.0 and not changed
+
+
+def test_a_run_fingerprint_survives_its_json_round_trip(tmp_path):
+    """run.json stores the fingerprint as JSON: a tuple param (env.sokoban_dim) must compare equal on resume."""
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    fp = fingerprint(sokoban_params(), tmp_path)
+    assert json.loads(json.dumps(fp)) == fp and fp["params"]["env"]["sokoban_dim"] == [6, 6]

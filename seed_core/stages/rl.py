@@ -41,6 +41,7 @@ def fingerprint(params: Params, init_dir: Path) -> dict:
     """What a resumed run must share with the run that wrote the checkpoints."""
     relevant = {k: dataclasses.asdict(getattr(params, k)) for k in ("model", "env", "rollout", "rl")}
     relevant["rl"].pop("epochs")  # more epochs may be added to a finished run
+    relevant = json.loads(json.dumps(relevant))  # as run.json stores it (tuples become lists)
     weights = sorted(init_dir.glob("*.safetensors"))
     if not weights:
         raise ModelError(f"no starting model in {init_dir}; run the stage that writes it (`dvc repro`)")
