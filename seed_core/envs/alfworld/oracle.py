@@ -41,7 +41,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from seed_core.envs.alfworld.data import DataError, game_path, how_to_install, import_alfworld
-from seed_core.method.skills import budgeted_answer
+from seed_core.method.skills import budgeted_answer, oracle_answers
 from seed_core.method.teachers import TeacherAnswer, TeacherStats
 from seed_core.records import Step, Trajectory
 
@@ -601,10 +601,4 @@ class OracleTeacher:
 
     def complete_trajectories(self, trajectories: Sequence[Trajectory]) -> list[TeacherAnswer | None]:
         """One answer per trajectory, in order (never None: the oracle always answers)."""
-        answers = []
-        for traj in trajectories:
-            text = self.analyze_trajectory(traj)
-            answers.append(TeacherAnswer(text, prompt_tokens=0, completion_tokens=len(text.split())))
-        self.stats.calls += len(answers)
-        self.stats.completion_tokens += sum(a.completion_tokens for a in answers)
-        return answers
+        return oracle_answers(self, trajectories)

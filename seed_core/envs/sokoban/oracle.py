@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from seed_core.envs.sokoban.room import ACTIONS, TARGET, WALL, Cell, Room, generate_room, search
-from seed_core.method.skills import budgeted_answer
+from seed_core.method.skills import budgeted_answer, oracle_answers
 from seed_core.method.teachers import TeacherAnswer, TeacherStats
 from seed_core.records import DataError, Trajectory
 
@@ -363,10 +363,4 @@ class SokobanOracleTeacher:
 
     def complete_trajectories(self, trajectories: Sequence[Trajectory]) -> list[TeacherAnswer | None]:
         """One answer per trajectory, in order (never None: the oracle always answers)."""
-        answers = []
-        for traj in trajectories:
-            text = self.analyze_trajectory(traj)
-            answers.append(TeacherAnswer(text, prompt_tokens=0, completion_tokens=len(text.split())))
-        self.stats.calls += len(answers)
-        self.stats.completion_tokens += sum(a.completion_tokens for a in answers)
-        return answers
+        return oracle_answers(self, trajectories)
