@@ -1,4 +1,4 @@
-"""Prefect flow of the `warmup` stage: behaviour-cloning SFT on expert steps (tiny models only)."""
+"""Prefect flow of the `warmup` stage: perception SFT (vision models) and behaviour-cloning SFT on expert steps (tiny models only)."""
 
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ def warmup(
     base_model: str = "models/base",
     out_dir: str = "models/warmup",
     metrics: str = "metrics/warmup.json",
+    perception_dir: str = "models/perception",
 ) -> dict:
     p = load(params)
-    result = run_warmup(p, Path(manifest), Path(base_model), Path(out_dir), Path(metrics))
+    result = run_warmup(p, Path(manifest), Path(base_model), Path(out_dir), Path(metrics), Path(perception_dir))
     get_run_logger().info("warm-up: %s", result)
     publish("warmup", "## warmup\n\n```\n" + json.dumps(result, indent=2, default=str) + "\n```")
-    record_stage("warmup", [out_dir, metrics], params)
+    record_stage("warmup", [out_dir, perception_dir, metrics], params)
     track_stage("warmup", p, result)
     return result
 

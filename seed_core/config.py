@@ -98,9 +98,18 @@ class EnvConfig:
     """Subtracted for every step whose response is badly formatted (paper: 0.1)."""
     workers: int = 2
     """Environment worker processes; 0 steps every game in the main process."""
+    observation: Literal["text", "image", "both"] = "text"
+    """What the agent sees of a Sokoban room: the grid as `text`, its 16-px-per-tile rendering as an `image`
+    (a vision-language model; verl-agent's visual Sokoban), or `both`. Steps store the grid text either way; the
+    image is redrawn from it when sampled, re-scored or trained on."""
 
     def __post_init__(self) -> None:
         _check(self.max_steps >= 1, "env.max_steps", f"must be >= 1, got {self.max_steps}")
+        _check(
+            self.observation == "text" or self.name == "sokoban",
+            "env.observation",
+            f"is {self.observation!r}, but only Sokoban renders images; set it to text for env.name {self.name!r}",
+        )
         if self.name == "sokoban":
             from seed_core.envs.sokoban.room import GenerationError, check_room_params  # numpy only
 
@@ -156,6 +165,36 @@ class VLLMConfig:
 
 
 @dataclass(frozen=True)
+class VisionConfig:
+    composite: bool = False
+    """Build models/base as a vision-language composite in `prepare`: SmolVLM's architecture around the text
+    model of `model.name_or_path` (its weights unchanged) and a small random-init vision encoder. For the CPU;
+    a real VLM (`model.name_or_path` a Qwen2.5-VL folder) needs false."""
+    seed: int = 0
+    """Seed of the composite's random vision encoder and connector: same seed, same weights."""
+    image_size: int = 96
+    """Composite: image side in pixels; must be 16 x the Sokoban room side (one 16-px tile per image token)."""
+    hidden_size: int = 192
+    """Composite: width of the vision encoder."""
+    layers: int = 2
+    """Composite: transformer layers of the vision encoder."""
+    heads: int = 3
+    """Composite: attention heads of the vision encoder (hidden_size must divide by it)."""
+    trainable: bool = True
+    """Whether the vision encoder and connector train in the warm-up and RL (LoRA adapts only the language model;
+    false freezes the vision parts). The perception SFT always trains them."""
+
+    def __post_init__(self) -> None:
+        _check(self.image_size >= 16 and self.image_size % 16 == 0, "vision.image_size", "must be a multiple of 16")
+        _check(self.layers >= 1, "vision.layers", f"must be >= 1, got {self.layers}")
+        _check(
+            self.heads >= 1 and self.hidden_size % self.heads == 0,
+            "vision.heads",
+            f"must divide vision.hidden_size={self.hidden_size}, got {self.heads}",
+        )
+
+
+@dataclass(frozen=True)
 class WarmupConfig:
     enabled: bool = False
     """Behaviour-cloning SFT on expert walkthrough steps before anything else (for tiny models only)."""
@@ -173,9 +212,14 @@ class WarmupConfig:
     """LoRA scaling numerator: adapter updates are scaled by lora_alpha / lora_r."""
     max_seq_len: int = 1024
     """Prompt+response tokens per example; longer examples are dropped and counted (sft/data/dropped_too_long)."""
+    perception_epochs: float = 0.0
+    """Vision models only: epochs of perception SFT (image -> the room as text, on every state of the warm-up
+    rooms' expert plans) before the behaviour cloning, written to models/perception; 0 skips it (models/perception
+    is then the base model). The vision encoder always trains here, whatever `vision.trainable` says."""
 
     def __post_init__(self) -> None:
         _check(self.epochs > 0, "warmup.epochs", f"must be > 0, got {self.epochs}")
+        _check(self.perception_epochs >= 0, "warmup.perception_epochs", f"must be >= 0, got {self.perception_epochs}")
         _check(self.learning_rate > 0, "warmup.learning_rate", f"must be > 0, got {self.learning_rate}")
         _check(self.batch_size >= 1, "warmup.batch_size", f"must be >= 1, got {self.batch_size}")
         _check(self.lora_r >= 1, "warmup.lora_r", f"must be >= 1, got {self.lora_r}")
@@ -193,13 +237,15 @@ class EvaluateConfig:
     """Seeds of the sampled mode; success is averaged over them."""
     generation: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.4))
     """The evaluate stage's decoding caps; its temperature is unused (each mode sets its own)."""
-    models: tuple[Literal["base", "warmup", "rl"], ...] = ("base", "warmup", "rl")
+    models: tuple[Literal["base", "perception", "warmup", "rl"], ...] = ("base", "warmup", "rl")
     """The pipeline's models (`models/<name>`) the evaluate stage scores, side by side. A sweep comparing RL
     runs needs only `rl`: base and warm-up are the same in every run."""
 
     def __post_init__(self) -> None:
         _check(len(self.modes) >= 1, "evaluate.modes", "must list at least one of ['greedy', 'sampled']")
-        _check(len(self.models) >= 1, "evaluate.models", "must list at least one of ['base', 'warmup', 'rl']")
+        _check(
+            len(self.models) >= 1, "evaluate.models", "must list at least one of ['base', 'perception', 'warmup', 'rl']"
+        )
         _check(self.sampled_runs >= 1, "evaluate.sampled_runs", f"must be >= 1, got {self.sampled_runs}")
         _check(self.temperature > 0, "evaluate.temperature", "must be > 0 (use mode `greedy` for T=0)")
 
@@ -410,6 +456,8 @@ class Params:
     the analyzers and the RL validation."""
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
     """The vLLM engine of `backend: vllm` (rollouts, the RL analyzer, evaluation)."""
+    vision: VisionConfig = field(default_factory=VisionConfig)
+    """The vision track: the CPU's vision-language composite (`env.observation: image`)."""
     warmup: WarmupConfig = field(default_factory=WarmupConfig)
     """The optional behaviour-cloning warm-up SFT."""
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
@@ -422,6 +470,17 @@ class Params:
     """Stage-1 SFT: the policy learns to write skills."""
     rl: RLConfig = field(default_factory=RLConfig)
     """Stage 2: SEED or a baseline."""
+
+    def __post_init__(self) -> None:
+        if self.vision.composite and self.env.name == "sokoban":
+            rows, cols = self.env.sokoban_dim
+            fits = 16 * rows
+            _check(
+                rows == cols and self.vision.image_size == fits,
+                "vision.image_size",
+                f"is {self.vision.image_size}, but a {rows}x{cols} room renders at 16 px per tile as "
+                f"{16 * rows}x{16 * cols}; the composite needs a square room and image_size {fits if rows == cols else '16 x side'}",
+            )
 
 
 # ---------------------------------------------------------------- loading

@@ -111,10 +111,17 @@ def looks_local(path: str | Path) -> bool:
     return Path(path).is_absolute() or str(path).startswith((".", "models/")) or Path(path).exists()
 
 
+def auto_class(path: str | Path):
+    """The transformers auto class of a checkpoint: image-text-to-text for a vision-language model (its config has
+    a `vision_config`), else causal LM."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    config = AutoConfig.from_pretrained(path)
+    return AutoModelForImageTextToText if getattr(config, "vision_config", None) is not None else AutoModelForCausalLM
+
+
 def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str = "cpu"):
     """(model, tokenizer) from an HF folder or id; a missing folder is a ModelError saying what to run."""
-    from transformers import AutoModelForCausalLM
-
     p = Path(path)
     if looks_local(path) and not (p / "config.json").exists():
         raise ModelError(f"no model at {p} (config.json missing); run the stage that writes it (`dvc repro`)")
@@ -128,7 +135,7 @@ def load_model(path: str | Path, dtype: torch.dtype = torch.float32, device: str
         )
     try:
         tok = load_tokenizer(path)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, use_safetensors=True).to(device)
+        model = auto_class(path).from_pretrained(path, dtype=dtype, use_safetensors=True).to(device)
     except Exception as e:
         if not isinstance(e, OSError) and type(e).__name__ != "SafetensorError":
             raise
@@ -153,3 +160,99 @@ def load_tokenizer(path: str | Path):
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+# ---------------------------------------------------------------- vision-language models
+
+VISION_PARTS = ("vision_model", "connector", "visual")
+"""Module names of the vision side: SmolVLM's encoder and connector, Qwen2.5-VL's encoder (with its merger)."""
+
+
+def vision_modules(model) -> list[str]:
+    """Full names of the top-most vision modules of `model` ([] for a text-only model)."""
+    names = [n for n, _ in model.named_modules() if n.rsplit(".", 1)[-1] in VISION_PARTS]
+    return [n for n in names if not any(n.startswith(f"{m}.") for m in names)]
+
+
+def lora_config(model, r: int, alpha: int, train_vision: bool = True):
+    """LoRA on every linear layer of the language model. A vision model's encoder gets no adapters: it trains in
+    full (peft's modules_to_save) when `train_vision`, else it stays frozen."""
+    from peft import LoraConfig
+
+    vision = vision_modules(model)
+    if not vision:
+        return LoraConfig(r=r, lora_alpha=alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM")
+    linears = [
+        n
+        for n, m in model.named_modules()
+        if isinstance(m, torch.nn.Linear) and n != "lm_head" and not any(n.startswith(f"{v}.") for v in vision)
+    ]
+    return LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        lora_dropout=0.0,
+        target_modules=linears,
+        modules_to_save=vision if train_vision else None,
+        task_type="CAUSAL_LM",
+    )
+
+
+def freeze_vision(model, frozen: bool = True) -> None:
+    """Full fine-tuning with `vision.trainable: false`: the vision modules get no gradients."""
+    for name in vision_modules(model):
+        model.get_submodule(name).requires_grad_(not frozen)
+
+
+COMPOSITE_IMAGE_TOKEN = "<image>"
+
+
+def build_composite(text_dir: str | Path, out_dir: str | Path, vision) -> Path:
+    """A SmolVLM around the text model in `text_dir`, written to `out_dir` (atomically).
+
+    Its language model is `text_dir`'s, weights unchanged (the tokenizer gains one `<image>` token, whose
+    embedding row is the mean of the others); the vision encoder (`vision.layers` layers of width
+    `vision.hidden_size`, 16-px patches of a `vision.image_size` image) and the connector are drawn at random
+    from `vision.seed`: the same seed gives the same weights. No pixel shuffle (scale factor 1), so each patch,
+    i.e. each Sokoban tile, is one image token."""
+    from transformers import AutoModelForCausalLM, SmolVLMConfig, SmolVLMForConditionalGeneration
+
+    tok = load_tokenizer(text_dir)
+    text = AutoModelForCausalLM.from_pretrained(text_dir, dtype=torch.float32, use_safetensors=True)
+    tok.add_special_tokens({"additional_special_tokens": [COMPOSITE_IMAGE_TOKEN]})
+    image_token = tok.convert_tokens_to_ids(COMPOSITE_IMAGE_TOKEN)
+    text_config = text.config.to_dict()
+    text_config["vocab_size"] = len(tok)
+    config = SmolVLMConfig(
+        text_config=text_config,
+        vision_config={
+            "hidden_size": vision.hidden_size,
+            "intermediate_size": 4 * vision.hidden_size,
+            "num_hidden_layers": vision.layers,
+            "num_attention_heads": vision.heads,
+            "image_size": vision.image_size,
+            "patch_size": 16,
+        },
+        scale_factor=1,
+        image_token_id=image_token,
+        tie_word_embeddings=text.config.tie_word_embeddings,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=text.config.bos_token_id,
+        eos_token_id=text.config.eos_token_id,
+    )
+    torch.manual_seed(vision.seed)
+    model = SmolVLMForConditionalGeneration(config).eval()
+    embeddings = text.get_input_embeddings().weight.detach()
+    state = {k.removeprefix("model."): v for k, v in text.state_dict().items() if k.startswith("model.")}
+    state["embed_tokens.weight"] = torch.cat([embeddings, embeddings.mean(0, keepdim=True)])
+    model.model.text_model.load_state_dict(state)
+    if not config.tie_word_embeddings:
+        head = text.get_output_embeddings().weight.detach()
+        model.lm_head.weight.data = torch.cat([head, head.mean(0, keepdim=True)])
+    model.generation_config = text.generation_config
+
+    def write(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+
+    publish_dir(Path(out_dir), write)
+    return Path(out_dir)

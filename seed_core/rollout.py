@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from seed_core.config import EnvConfig, SamplingConfig
-from seed_core.envs import TASK_TYPES, GameEntry, GamePool
-from seed_core.method.prompts import CLOSED_ACTIONS, STEP_PROMPTS, parse_response
+from seed_core.envs import TASK_TYPES, GameEntry, GamePool, observation_image
+from seed_core.method.prompts import CLOSED_ACTIONS, parse_response, step_prompter
 from seed_core.policy import Policy
 from seed_core.records import Step, Trajectory
 
@@ -58,7 +58,7 @@ def play(
     for ep, s in zip(episodes, pool.reset([e.game.game_id for e in episodes])):
         ep.task, ep.observation, ep.actions = s.task, s.observation, tuple(s.admissible_actions)
 
-    step_prompt, closed = STEP_PROMPTS[env.name], CLOSED_ACTIONS[env.name]
+    step_prompt, closed = step_prompter(env), CLOSED_ACTIONS[env.name]
     bar = tqdm(total=env.max_steps, desc=f"rollout {tag}", unit="step", disable=not progress, leave=False)
     for t in range(env.max_steps):
         live = [i for i, ep in enumerate(episodes) if not ep.done]
@@ -68,8 +68,10 @@ def play(
             step_prompt(ep.task, ep.observation, list(ep.actions), ep.history, env.history_length)
             for ep in (episodes[i] for i in live)
         ]
+        images = [observation_image(env, episodes[i].observation) for i in live]
         gens = policy.generate(
             prompts,
+            images=None if images[0] is None else images,
             temperature=gen.temperature,
             top_p=gen.top_p,
             max_new_tokens=gen.max_new_tokens,

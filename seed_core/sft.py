@@ -13,6 +13,12 @@ output is always a plain safetensors HF folder that every later stage (and vLLM)
 is kept beside it in `adapter/`. On CPU the batch is built by gradient accumulation over single examples,
 which wastes no compute on padding (step prompts range from ~400 to ~1,300 tokens); on GPU it is one
 padded micro-batch.
+
+Examples with an "image" (a vision-language model: the perception warm-up and behaviour cloning on visual
+Sokoban) are tokenized by the policy's own encoder (`image_rows`: the prompt ids it samples with, then the chat
+template's assistant turn) and trained by transformers' Trainer with `ImageCollator`, which adds the pixels; the
+settings, the metrics and the output are the same as above. LoRA adapts the language model only; the vision
+encoder trains in full or stays frozen (`train_vision`).
 """
 
 from __future__ import annotations
@@ -115,11 +121,99 @@ def completion_mask(tokenizer, example: dict) -> tuple[list[int], list[bool]]:
     return row["input_ids"], [label != IGNORE for label in row["labels"]]
 
 
-def _fitting(tokenizer, examples: list[dict], max_seq_len: int) -> list[dict]:
+def _fitting(tokenizer, examples: list[dict], max_seq_len: int, vision=None) -> list[dict]:
     if not examples:
         return []
-    lengths = [len(r) for r in prepare(tokenizer, examples)["input_ids"]]
+    if vision is not None:
+        from seed_core.policy.hf import ChatEncoder
+
+        lengths = [len(r["input_ids"]) for r in image_rows(ChatEncoder(tokenizer, vision=vision), examples)]
+    else:
+        lengths = [len(r) for r in prepare(tokenizer, examples)["input_ids"]]
     return [x for x, n in zip(examples, lengths) if n <= max_seq_len]
+
+
+def answer_ids(tokenizer, completion: str) -> list[int]:
+    """Token ids of the assistant turn `completion` as the chat template renders it after the generation prompt
+    (the answer and its end-of-turn tokens)."""
+    user = [{"role": "user", "content": "?"}]
+    head = tokenizer.apply_chat_template(user, add_generation_prompt=True, tokenize=False)
+    full = tokenizer.apply_chat_template(user + [{"role": "assistant", "content": completion}], tokenize=False)
+    if not full.startswith(head):
+        raise ValueError("the chat template renders an assistant turn that does not extend its generation prompt")
+    return list(tokenizer(full[len(head) :], add_special_tokens=False)["input_ids"])
+
+
+def image_rows(encoder, examples: list[dict]) -> list[dict]:
+    """{"input_ids", "labels", "index"} of image examples: the prompt ids are `encoder.encode_full(prompt, image)`,
+    the ids the policy samples with, and only the answer carries loss."""
+    rows = []
+    for i, x in enumerate(examples):
+        prompt, answer = encoder.encode_full(x["prompt"], x["image"]), answer_ids(encoder.tok, x["completion"])
+        rows.append({"input_ids": prompt + answer, "labels": [IGNORE] * len(prompt) + answer, "index": i})
+    return rows
+
+
+class ImageCollator:
+    """Right-padded ids, labels and attention mask of a batch of `image_rows`, plus its pixels."""
+
+    def __init__(self, pad_id: int, vision, images: list):
+        self.pad_id, self.vision, self.images = pad_id, vision, images
+
+    def __call__(self, rows: list[dict]) -> dict:
+        width = max(len(r["input_ids"]) for r in rows)
+
+        def padded(key: str, fill: int) -> torch.Tensor:
+            return torch.tensor([r[key] + [fill] * (width - len(r[key])) for r in rows])
+
+        mask = torch.tensor([[1] * len(r["input_ids"]) + [0] * (width - len(r["input_ids"])) for r in rows])
+        pixels = self.vision.pixels([self.images[r["index"]] for r in rows])
+        return {
+            "input_ids": padded("input_ids", self.pad_id),
+            "attention_mask": mask,
+            "labels": padded("labels", IGNORE),
+            **pixels,
+        }
+
+
+def make_image_trainer(
+    model,
+    tokenizer,
+    train: list[dict],
+    eval: list[dict] | None,
+    args,
+    *,
+    lora: tuple[int, int] | None,
+    train_vision: bool,
+    callbacks: tuple = (),
+):
+    """transformers' Trainer over image examples ({"prompt", "completion", "image"}), with `train_sft`'s `args`."""
+    from datasets import Dataset
+    from peft import get_peft_model
+    from transformers import Trainer
+
+    from seed_core.models import freeze_vision, lora_config
+    from seed_core.policy.hf import ChatEncoder
+    from seed_core.policy.vision import vision_inputs
+
+    vision = vision_inputs(model.config)
+    encoder = ChatEncoder(tokenizer, vision=vision)
+    if lora is not None:
+        model = get_peft_model(model, lora_config(model, *lora, train_vision=train_vision))
+    else:
+        freeze_vision(model, not train_vision)
+    args.remove_unused_columns = False  # the collator reads "index"
+    examples = train + (eval or [])
+    rows = image_rows(encoder, examples)
+    return Trainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows[: len(train)]),
+        eval_dataset=Dataset.from_list(rows[len(train) :]) if eval else None,
+        data_collator=ImageCollator(tokenizer.pad_token_id, vision, [x["image"] for x in examples]),
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+    )
 
 
 def make_trainer(
@@ -182,15 +276,21 @@ def train_sft(
     seed: int,
     device: str = "cpu",
     log: Callable[[dict], None] | None = None,
+    train_vision: bool = True,
 ) -> dict:
-    """Fine-tune `model_path` on `train` ({"prompt", "completion"} dicts) and write the result to `out_dir`.
+    """Fine-tune `model_path` on `train` ({"prompt", "completion"} dicts, each with an "image" for a vision model)
+    and write the result to `out_dir`.
 
-    `lora_r=None` is full fine-tuning; `device` is "cpu" or "cuda" (bf16 autocast over the fp32 weights). `log`
+    `lora_r=None` is full fine-tuning; `train_vision` trains a vision model's encoder (else it is frozen); `device`
+    is "cpu" or "cuda" (bf16 autocast over the fp32 weights). `log`
     receives every logged training dict. Returns metrics: train loss (trainer mean over the run, first and last
     logged step), eval loss before and after when `eval` is given, examples, tokens, answer tokens, examples
     dropped for exceeding `max_seq_len`, seconds.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed
+    from transformers import AutoTokenizer, TrainerCallback, set_seed
+
+    from seed_core.models import auto_class
+    from seed_core.policy.vision import vision_inputs
 
     if not train:
         raise ValueError("train_sft: no training examples")
@@ -198,7 +298,8 @@ def train_sft(
     set_seed(seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     # fp32 master weights: the merged checkpoint is saved in full precision, whatever the backend runs at.
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, use_safetensors=True)
+    model = auto_class(model_path).from_pretrained(model_path, dtype=torch.float32, use_safetensors=True)
+    vision = vision_inputs(model.config) if "image" in train[0] else None
 
     class _Log(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):
@@ -208,7 +309,10 @@ def train_sft(
     # Over-long examples are dropped, not truncated: a prompt cut at either end is not one the policy acts
     # on, and a cut answer teaches no end of turn (trl's keep-the-end truncation is deprecated).
     n_train, n_eval = len(train), len(eval or [])
-    train, eval = _fitting(tokenizer, train, max_seq_len), _fitting(tokenizer, eval or [], max_seq_len) or None
+    train, eval = (
+        _fitting(tokenizer, train, max_seq_len, vision),
+        _fitting(tokenizer, eval or [], max_seq_len, vision) or None,
+    )
     if not train:
         raise ValueError(f"train_sft: every training example is longer than max_seq_len={max_seq_len}; raise it")
     metrics: dict = {"data/dropped_too_long": n_train - len(train) + n_eval - len(eval or [])}
@@ -216,22 +320,21 @@ def train_sft(
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.work.", dir=out_dir.parent))
     try:
-        trainer = make_trainer(
-            model,
-            tokenizer,
-            train,
-            eval,
-            work,
-            epochs=epochs,
-            learning_rate=learning_rate,
-            batch_size=batch_size,
-            lora_r=lora_r,
-            lora_alpha=lora_alpha,
-            max_seq_len=max_seq_len,
-            seed=seed,
-            device=device,
-            callbacks=(_Log(),),
-        )
+        if vision is not None:
+            args = sft_args(
+                work, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_seq_len=max_seq_len,
+                seed=seed, cpu=device == "cpu",
+            )  # fmt: skip
+            lora = (lora_r, lora_alpha) if lora_r is not None else None
+            trainer = make_image_trainer(
+                model, tokenizer, train, eval, args, lora=lora, train_vision=train_vision, callbacks=(_Log(),)
+            )
+        else:
+            trainer = make_trainer(
+                model, tokenizer, train, eval, work, epochs=epochs, learning_rate=learning_rate,
+                batch_size=batch_size, lora_r=lora_r, lora_alpha=lora_alpha, max_seq_len=max_seq_len, seed=seed,
+                device=device, callbacks=(_Log(),),
+            )  # fmt: skip
         ds = trainer.train_dataset
         metrics |= {
             "data/examples": len(train),  # after dropping over-long ones

@@ -99,6 +99,16 @@ class Environment(Protocol):
         ...
 
 
+def observation_image(env: EnvConfig, observation: str):
+    """The image the agent sees with `observation` under `env.observation` ((H, W, 3) uint8), or None for text:
+    steps store the grid text and the image is redrawn from it whenever it is sampled, scored or trained on."""
+    if env.observation == "text":
+        return None
+    from seed_core.envs.sokoban.room import grid_rgb
+
+    return grid_rgb(observation)
+
+
 def environment(params: Params) -> Environment:
     """The environment named by `env.name`."""
     name = params.env.name

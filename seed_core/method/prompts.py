@@ -11,8 +11,11 @@ skill block goes.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+
+from seed_core.policy.vision import IMAGE_MARK
 
 TASK_LINE_PREFIX = "Your task is to: "
 
@@ -38,9 +41,20 @@ Once you've finished your reasoning, you should choose an admissible action for 
 
 SOKOBAN_TASK = "push every box (X) onto a target (O)."
 
+SOKOBAN_SYMBOLS = "Symbols: # wall, _ floor, O target, X box, √ box on a target, P you, S you on a target."
+SOKOBAN_IMAGE_LEGEND = (
+    "The image shows the room, one square tile per cell: red-brown bricks are walls, plain beige tiles floor, a red "
+    "ring a target, a brown crossed square a box (green when it is on a target), the blue disk you."
+)
+SOKOBAN_LEGENDS = {
+    "text": SOKOBAN_SYMBOLS,
+    "image": SOKOBAN_IMAGE_LEGEND,
+    "both": f"{SOKOBAN_IMAGE_LEGEND}\n{SOKOBAN_SYMBOLS}",
+}
+
 SOKOBAN_PROMPT = """You are an expert agent playing Sokoban on a grid.
 Your task is to: {task}
-Symbols: # wall, _ floor, O target, X box, √ box on a target, P you, S you on a target.
+{legend}
 Rules: moving into a box pushes it one cell if the cell behind it is free. You can only push, never pull, so a box pushed into a corner or against a wall without a target is stuck for good.
 {history}Your current observation is:
 {observation}
@@ -57,22 +71,42 @@ def sokoban_step_prompt(
     admissible_actions: list[str],
     history: list[tuple[str, str]],
     history_length: int,
+    view: str = "text",
 ) -> str:
-    """The Sokoban user message for one step; `history` and `history_length` as in `step_prompt`."""
+    """The Sokoban user message for one step; `history` and `history_length` as in `step_prompt`.
+
+    `view` is `env.observation`: `text` shows the grid, `image` an IMAGE_MARK where the room's image goes, `both`
+    the mark and the grid. Past observations stay text-only and an image view shows past actions alone
+    (verl-agent's visual prompt carries no image history)."""
     part = ""
     if history:
         first, shown = _recent(history, history_length)
         lines = "".join(
-            f"\n[Observation {first + i}:\n{obs}\nAction {first + i}: '{act}']" for i, (obs, act) in enumerate(shown)
+            f"\n[Action {first + i}: '{act}']"
+            if view == "image"
+            else f"\n[Observation {first + i}:\n{obs}\nAction {first + i}: '{act}']"
+            for i, (obs, act) in enumerate(shown)
         )
         part = (
             f"Prior to this step, you have already taken {len(history)} step(s). Below are the most recent "
             f"{len(shown)} observations and the corresponding actions you took:{lines}\n"
             f"You are now at step {len(history) + 1}. "
         )
+    shown_now = {"text": observation, "image": IMAGE_MARK, "both": f"{IMAGE_MARK}\n{observation}"}[view]
     return SOKOBAN_PROMPT.format(
-        task=task, history=part, observation=observation, actions=format_actions(admissible_actions)
+        task=task,
+        legend=SOKOBAN_LEGENDS[view],
+        history=part,
+        observation=shown_now,
+        actions=format_actions(admissible_actions),
     )
+
+
+PERCEPTION_PROMPT = f"""{IMAGE_MARK}
+{SOKOBAN_IMAGE_LEGEND}
+Write the room as text, one row per line, cells separated by single spaces.
+{SOKOBAN_SYMBOLS}"""
+"""The perception warm-up's question: its answer is the room's grid text (`Room.text`)."""
 
 
 def _recent(history: list[tuple[str, str]], history_length: int) -> tuple[int, list[tuple[str, str]]]:
@@ -116,7 +150,13 @@ def step_prompt(
     )
 
 
-STEP_PROMPTS = {"alfworld": step_prompt, "sokoban": sokoban_step_prompt}
+def step_prompter(env) -> Callable[..., str]:
+    """The step prompt of `env` (an EnvConfig): `(task, observation, actions, history, history_length) -> str`."""
+    if env.name == "sokoban":
+        return functools.partial(sokoban_step_prompt, view=env.observation)
+    return step_prompt
+
+
 """The step prompt of each `env.name`."""
 CLOSED_ACTIONS = {"alfworld": False, "sokoban": True}
 """Whether a well-formatted response must also name an admissible action to be valid: verl-agent counts an

@@ -13,9 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from seed_core.config import EnvConfig
+from seed_core.envs import observation_image
 from seed_core.method.prompts import SKILL_BLOCK, inject_skill
 from seed_core.policy.hf import ChatEncoder, HFPolicy
 from seed_core.records import Trajectory
@@ -31,6 +34,7 @@ class StepTokens:
     teacher_ids: list[int] | None  # skill context h~_t, or None when the trajectory has no skill
     response_ids: list[int]  # a_t, identical in both contexts
     sampler_logp: list[float]  # the sampler's log-probs of a_t, as recorded while playing
+    image: Any = None  # the observation's image (env.observation image/both), shown in both contexts
 
     @property
     def length(self) -> int:
@@ -39,19 +43,25 @@ class StepTokens:
 
 
 def step_tokens(
-    policy: ChatEncoder, trajs: Sequence[Trajectory], skills: Sequence[str | None], template: str = SKILL_BLOCK
+    policy: ChatEncoder,
+    trajs: Sequence[Trajectory],
+    skills: Sequence[str | None],
+    template: str = SKILL_BLOCK,
+    env: EnvConfig | None = None,
 ) -> list[StepTokens]:
-    """Token ids of every step's two contexts; `skills[i]` is trajectory i's skill text or None."""
+    """Token ids of every step's two contexts; `skills[i]` is trajectory i's skill text or None. With `env`, a step
+    shows the image of its observation as it did when sampled (`env.observation`); the skill goes in as text."""
     out = []
     cap = policy.max_prompt_tokens
     for i, (traj, skill) in enumerate(zip(trajs, skills)):
         for k, s in enumerate(traj.steps):
             if not s.response_ids:
                 continue
-            plain = policy.encode_full(s.prompt)
+            image = observation_image(env, s.observation) if env is not None else None
+            plain = policy.encode_prompt(s.prompt, image) if image is not None else policy.encode_full(s.prompt)
             cut = max(0, len(plain) - cap)
-            teacher = policy.encode_full(inject_skill(s.prompt, skill, template))[cut:] if skill else None
-            out.append(StepTokens(i, k, plain[cut:], teacher, list(s.response_ids), list(s.response_logprobs)))
+            teacher = policy.encode_full(inject_skill(s.prompt, skill, template), image)[cut:] if skill else None
+            out.append(StepTokens(i, k, plain[cut:], teacher, list(s.response_ids), list(s.response_logprobs), image))
     return out
 
 
@@ -63,7 +73,10 @@ def score_steps(
     None for steps without that context."""
     idx = [i for i, s in enumerate(steps) if getattr(s, f"{which}_ids") is not None]
     scored = policy.score(
-        [getattr(steps[i], f"{which}_ids") for i in idx], [steps[i].response_ids for i in idx], max_tokens
+        [getattr(steps[i], f"{which}_ids") for i in idx],
+        [steps[i].response_ids for i in idx],
+        max_tokens,
+        images=[steps[i].image for i in idx],
     )
     out: list[torch.Tensor | None] = [None] * len(steps)
     for i, lp in zip(idx, scored):

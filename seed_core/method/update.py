@@ -43,8 +43,10 @@ from seed_core.method import losses
 from seed_core.method.rescore import StepTokens, score_steps, step_tokens
 from seed_core.method.skills import PARSED, analyze
 from seed_core.method.teachers import PolicyTeacher
-from seed_core.policy import Policy
+from seed_core.models import freeze_vision, lora_config
+from seed_core.policy import Policy, hf_only
 from seed_core.policy.hf import HFPolicy, micro_batches
+from seed_core.policy.vision import check_observation, vision_inputs
 from seed_core.policy.vllm import VLLMPolicy
 from seed_core.records import Skill, Trajectory
 from seed_core.rollout import play, summarize
@@ -115,31 +117,34 @@ class Trainer:
         if self.spec.skills == "fixed" and not fixed_skills:
             raise ValueError("rl.method sdar needs fixed skills per task type (rl.sdar_skills)")
         self.fixed_skills = fixed_skills or {}
+        check_observation(
+            params.env.observation, vision_inputs(model.config) is not None, sampler_dir or "the RL model"
+        )
         self.ref_model = None
+        train_vision = params.vision.trainable
         if self.cfg.lora_r is not None:
-            from peft import LoraConfig, get_peft_model
+            from peft import get_peft_model
 
             torch.manual_seed(self.cfg.seed)  # LoRA A matrices are drawn at random: same seed, same start
-            lora = LoraConfig(
-                r=self.cfg.lora_r, lora_alpha=self.cfg.lora_alpha, lora_dropout=0.0, target_modules="all-linear"
-            )
-            model = get_peft_model(model, lora)
-        elif self.cfg.kl_coef > 0:
-            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+            model = get_peft_model(model, lora_config(model, self.cfg.lora_r, self.cfg.lora_alpha, train_vision))
+        else:
+            if self.cfg.kl_coef > 0:
+                self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+            freeze_vision(model, not train_vision)
         if self.cfg.gradient_checkpointing:  # only while training: generation and scoring run in eval mode
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model = model
         gen = params.rollout
         self.policy = HFPolicy(model, tokenizer, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens)
         self.sampler: Policy = self.policy
-        if gen.backend == "vllm":
+        if gen.backend == "vllm" and not hf_only(sampler_dir or Path("-")):
             if sampler_dir is None:
                 raise ValueError(
                     "rollout.backend vllm: the trainer needs the checkpoint folder to start the engine from"
                 )
             new_tokens = max(gen.max_new_tokens, self.cfg.analyzer_max_new_tokens)
             self.sampler = VLLMPolicy.from_params(sampler_dir, self.policy, params, self.cfg.seed, new_tokens)
-        self.tis = self.cfg.tis == "on" or (self.cfg.tis == "auto" and gen.backend == "vllm")
+        self.tis = self.cfg.tis == "on" or (self.cfg.tis == "auto" and self.sampler is not self.policy)
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.trainable, lr=self.cfg.learning_rate, weight_decay=0.0)
         self.nonfinite_in_row = 0
@@ -235,7 +240,7 @@ class Trainer:
     def rescore(self, trajs: list[Trajectory], skills: list[Skill | None]):
         """(steps, old, ref, teacher): every step's tokens and its pi_old, reference and teacher log-probs."""
         texts = [s.skill if s is not None and s.parse_status in PARSED else None for s in skills]
-        steps = step_tokens(self.policy, trajs, texts)
+        steps = step_tokens(self.policy, trajs, texts, env=self.params.env)
         mb = self.cfg.micro_batch_tokens
         # With one PPO epoch over a single mini-batch no optimizer step happens before a step's loss, so its
         # pi_old log-probs are the training forward's own (detached): the separate pass would repeat it.
@@ -339,7 +344,10 @@ class Trainer:
         cfg = self.cfg
         steps = [batch.steps[i] for i in ids]
         logp = pad_sequence(
-            self.policy.score_batch([s.prompt_ids for s in steps], [s.response_ids for s in steps]), batch_first=True
+            self.policy.score_batch(
+                [s.prompt_ids for s in steps], [s.response_ids for s in steps], [s.image for s in steps]
+            ),
+            batch_first=True,
         )  # (b, T)
         dev = logp.device  # the model's: scores live there; the advantages and masks are built on the CPU
         mask = pad_sequence([torch.ones(len(s.response_ids), dtype=torch.bool) for s in steps], batch_first=True).to(

@@ -35,8 +35,9 @@ class Policy(Protocol):
         max_new_tokens: int,
         stop: Sequence[str] = (),
         seed: int | None = None,
+        images: Sequence | None = None,
     ) -> list[Generation]:
-        """One response per prompt; temperature 0 means greedy."""
+        """One response per prompt; temperature 0 means greedy. `images[i]`: prompt i's image (vision models)."""
         ...
 
 
@@ -50,8 +51,11 @@ def open_sampler(
     `max_new_tokens` bounds every answer the engine will be asked for (default `gen.max_new_tokens`)."""
     from seed_core.models import load_for, load_tokenizer
     from seed_core.policy.hf import ChatEncoder, HFPolicy
+    from seed_core.policy.vision import check_observation
 
-    if gen.backend == "hf":
+    vision = is_vision_dir(model_dir)
+    check_observation(params.env.observation, vision, model_dir)
+    if gen.backend == "hf" or (vision and hf_only(model_dir)):
         model, tok = load_for(model_dir, params.model)
         yield HFPolicy(model, tok, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens)
         return
@@ -63,3 +67,26 @@ def open_sampler(
         yield engine
     finally:
         engine.close()
+
+
+def is_vision_dir(model_dir: Path) -> bool:
+    """Whether the checkpoint in `model_dir` is a vision-language model (its config has a `vision_config`)."""
+    import json
+
+    config = Path(model_dir) / "config.json"
+    return config.exists() and "vision_config" in json.loads(config.read_text())
+
+
+def hf_only(model_dir: Path) -> bool:
+    """Whether `model_dir` holds a vision-language model, which only the HF backend samples here (the vLLM path
+    takes no images yet); says so when it is."""
+    import warnings
+
+    if not is_vision_dir(model_dir):
+        return False
+    warnings.warn(
+        f"{model_dir} is a vision-language model; the vLLM backend takes no images in this project, so the HF "
+        "backend samples it (set the backend to hf to silence this)",
+        stacklevel=3,
+    )
+    return True

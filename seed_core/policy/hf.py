@@ -10,6 +10,9 @@ step's (B, V) log-softmax is alive at a time instead of all T steps' logits.
 Scoring (`sequence_logprobs`) never materializes full-vocabulary logits for the whole batch: it runs the
 decoder once, keeps the hidden states of the scored positions only, and projects them to the vocabulary in
 chunks (each chunk under activation checkpointing when gradients are on).
+
+Vision-language models take one image per prompt (`images=`): the prompt's IMAGE_MARK becomes the model's image
+tokens (`policy.vision`) and every forward pass over it gets the same pixels.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from torch.utils.checkpoint import checkpoint
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from seed_core.policy import Generation
+from seed_core.policy.vision import IMAGE_MARK, VisionError, vision_inputs
 
 
 def _chunks(seq: list[int], size: int) -> list[list[int]]:
@@ -94,17 +98,24 @@ def sequence_logprobs(
     attention_mask: torch.Tensor,
     score_mask: torch.Tensor,
     chunk: int = 512,
+    pixels: dict | None = None,
 ) -> torch.Tensor:
     """Log-probs of the tokens marked in `score_mask`.
 
     input_ids, attention_mask, score_mask: (B, L), right-padded; score_mask[b, p] marks token p as scored
-    (p >= 1), predicted from position p - 1. Returns (B, L) float32, zero where not scored. Differentiable
-    when grad is enabled.
+    (p >= 1), predicted from position p - 1. `pixels`: a vision-language model's image inputs, one image per
+    row. Returns (B, L) float32, zero where not scored. Differentiable when grad is enabled.
     """
-    position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    hidden = model.get_decoder()(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-    ).last_hidden_state  # (B, L, H)
+    if pixels:  # the multimodal base model merges the image features in (positions: its own, right padding)
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model  # under peft: LoRA stays in
+        hidden = base.model(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **pixels
+        ).last_hidden_state
+    else:
+        position_ids = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+        hidden = model.get_decoder()(
+            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+        ).last_hidden_state  # (B, L, H)
     scored = score_mask[:, 1:].bool()  # (B, L-1): target p+1 is predicted at p
     lp = _chunked_token_logprobs(model.get_output_embeddings(), hidden[:, :-1][scored], input_ids[:, 1:][scored], chunk)
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
@@ -116,30 +127,56 @@ class ChatEncoder:
     """User-message text -> chat-template token ids: the one encoder of every prompt that is sampled or scored, so the
     HF and vLLM backends and the re-scoring see identical prompt tokens."""
 
-    def __init__(self, tokenizer, max_prompt_tokens: int = 2048):
+    def __init__(self, tokenizer, max_prompt_tokens: int = 2048, vision=None):
         self.tok = tokenizer
         self.max_prompt_tokens = max_prompt_tokens
+        self.vision = vision  # a VisionInputs for a vision-language model, else None
 
-    def encode_full(self, prompt: str) -> list[int]:
+    def encode_full(self, prompt: str, image=None) -> list[int]:
         """Chat-template token ids of one user message, ending with the assistant header, untruncated.
 
         The message is data: text in it that spells a special token (`<|im_end|>`, `<|im_start|>system`, as a
         model or a teacher may write into a response or a skill) is encoded as ordinary text, so it can never
-        end the user turn or open a new one. Prompts without such text are encoded exactly as before."""
-        if any(t in prompt for t in self._special_strings):
-            marker = "\ue000SEED-MESSAGE\ue000"
-            text = self.tok.apply_chat_template(
-                [{"role": "user", "content": marker}], add_generation_prompt=True, tokenize=False
-            )
-            if text.count(marker) == 1:
-                head, _, tail = text.partition(marker)
-                return self._ids(head) + self._ids(prompt, split_special_tokens=True) + self._ids(tail)
+        end the user turn or open a new one. Prompts without such text are encoded exactly as before. With an
+        `image`, the prompt's one IMAGE_MARK becomes the model's image tokens."""
+        if image is not None:
+            return self._encode_with_image(prompt, image)
+        if any(t in prompt for t in self._special_strings) and self._template is not None:
+            head, tail = self._template
+            return head + self._ids(prompt, split_special_tokens=True) + tail
         ids = self.tok.apply_chat_template(
             [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True, return_dict=False
         )
         if isinstance(ids, dict):
             ids = ids["input_ids"]
         return list(ids)
+
+    def _encode_with_image(self, prompt: str, image) -> list[int]:
+        if self.vision is None:
+            raise VisionError(
+                "env.observation shows images, but this model is text-only: set vision.composite: true (the CPU "
+                "composite) or model.name_or_path to a vision-language model, or set env.observation: text"
+            )
+        if prompt.count(IMAGE_MARK) != 1 or self._template is None:
+            raise VisionError(
+                f"a prompt with an image must hold {IMAGE_MARK!r} exactly once, where the image goes; this one holds "
+                f"it {prompt.count(IMAGE_MARK)} times"
+            )
+        (head, tail), (before, _, after) = self._template, prompt.partition(IMAGE_MARK)
+        data = functools.partial(self._ids, split_special_tokens=True)
+        return head + data(before) + self.vision.image_tokens(image) + data(after) + tail
+
+    @functools.cached_property
+    def _template(self) -> tuple[list[int], list[int]] | None:
+        """(head, tail) ids of the chat template around a user message, or None when it cannot be split."""
+        marker = "\ue000SEED-MESSAGE\ue000"
+        text = self.tok.apply_chat_template(
+            [{"role": "user", "content": marker}], add_generation_prompt=True, tokenize=False
+        )
+        if text.count(marker) != 1:
+            return None
+        head, _, tail = text.partition(marker)
+        return self._ids(head), self._ids(tail)
 
     def _ids(self, text: str, split_special_tokens: bool = False) -> list[int]:
         return list(self.tok(text, add_special_tokens=False, split_special_tokens=split_special_tokens)["input_ids"])
@@ -149,9 +186,16 @@ class ChatEncoder:
         added = getattr(self.tok, "added_tokens_decoder", {}) or {}
         return frozenset(self.tok.all_special_tokens) | {t.content for t in added.values() if t.special}
 
-    def encode_prompt(self, prompt: str) -> list[int]:
-        """`encode_full`, keeping the last `max_prompt_tokens` tokens."""
-        return self.encode_full(prompt)[-self.max_prompt_tokens :]
+    def encode_prompt(self, prompt: str, image=None) -> list[int]:
+        """`encode_full`, keeping the last `max_prompt_tokens` tokens (a prompt with an image is never cut)."""
+        ids = self.encode_full(prompt, image)
+        if image is not None and len(ids) > self.max_prompt_tokens:
+            raise VisionError(
+                f"a prompt with an image is {len(ids)} tokens, over max_prompt_tokens={self.max_prompt_tokens}, and "
+                "cutting it could cut the image: raise rollout.max_prompt_tokens (and evaluate.generation's) or lower "
+                "env.history_length"
+            )
+        return ids[-self.max_prompt_tokens :]
 
 
 class HFPolicy(ChatEncoder):
@@ -160,7 +204,7 @@ class HFPolicy(ChatEncoder):
     def __init__(
         self, model, tokenizer, *, batch_size: int = 16, max_prompt_tokens: int = 2048, score_tokens: int = 8192
     ):
-        super().__init__(tokenizer, max_prompt_tokens)
+        super().__init__(tokenizer, max_prompt_tokens, vision_inputs(model.config))
         self.model = model
         self.batch_size = batch_size
         self.score_tokens = score_tokens  # tokens per scoring micro-batch
@@ -182,20 +226,38 @@ class HFPolicy(ChatEncoder):
         max_new_tokens: int,
         stop: Sequence[str] = (),
         seed: int | None = None,
+        images: Sequence | None = None,
     ) -> list[Generation]:
-        encoded = [self.encode_prompt(p) for p in prompts]
+        images = list(images) if images is not None else [None] * len(prompts)
+        encoded = [self.encode_prompt(p, im) for p, im in zip(prompts, images)]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[Generation | None] = [None] * len(prompts)
         for n, idx in enumerate(_chunks(order, self.batch_size)):
             if seed is not None:
                 torch.manual_seed(seed * 1_000_003 + n)
-            for i, g in zip(
-                idx, self._generate_batch([encoded[i] for i in idx], temperature, top_p, max_new_tokens, stop)
-            ):
+            batch, pixels = [encoded[i] for i in idx], self.pixels([images[i] for i in idx])
+            for i, g in zip(idx, self._generate_batch(batch, temperature, top_p, max_new_tokens, stop, pixels)):
                 results[i] = g
         return results  # type: ignore[return-value]
 
-    def _generate_batch(self, batch: list[list[int]], temperature, top_p, max_new_tokens, stop) -> list[Generation]:
+    def pixels(self, images: Sequence) -> dict:
+        """The model's pixel inputs for one batch (one image per row), on its device and in its float dtype;
+        {} when no row has an image."""
+        if all(im is None for im in images):
+            return {}
+        if self.vision is None:
+            self._encode_with_image(IMAGE_MARK, images[0])  # raises the text-only model's error
+        if any(im is None for im in images):
+            raise VisionError("a batch mixes prompts with and without images; give every prompt its image")
+        dtype = next(p for p in self.model.parameters() if p.is_floating_point()).dtype
+        return {
+            k: v.to(self.device, dtype=dtype) if v.is_floating_point() else v.to(self.device)
+            for k, v in self.vision.pixels(list(images)).items()
+        }
+
+    def _generate_batch(
+        self, batch: list[list[int]], temperature, top_p, max_new_tokens, stop, pixels: dict | None = None
+    ) -> list[Generation]:
         pad = self.tok.pad_token_id
         width = max(len(x) for x in batch)
         input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch], device=self.device)
@@ -216,6 +278,7 @@ class HFPolicy(ChatEncoder):
                 pad_token_id=pad,
                 logits_processor=LogitsProcessorList([recorder]),
                 return_dict_in_generate=True,
+                **(pixels or {}),
             )
         new = out.sequences[:, width:]  # (B, T)
         logprobs = recorder.finish(new)
@@ -246,25 +309,37 @@ class HFPolicy(ChatEncoder):
 
     # ------------------------------------------------------------------ scoring
 
-    def token_logprobs(self, prompts: Sequence[str], responses: Sequence[Sequence[int]]) -> list[torch.Tensor]:
+    def token_logprobs(
+        self, prompts: Sequence[str], responses: Sequence[Sequence[int]], images: Sequence | None = None
+    ) -> list[torch.Tensor]:
+        images = list(images) if images is not None else [None] * len(prompts)
         with torch.inference_mode():
-            return self.score([self.encode_prompt(p) for p in prompts], responses)
+            return self.score([self.encode_prompt(p, im) for p, im in zip(prompts, images)], responses, images=images)
 
     def score(
-        self, prompt_ids: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], max_tokens: int | None = None
+        self,
+        prompt_ids: Sequence[Sequence[int]],
+        responses: Sequence[Sequence[int]],
+        max_tokens: int | None = None,
+        images: Sequence | None = None,
     ) -> list[torch.Tensor]:
         """Per-token log-probs of each response after its prompt ids, in length-sorted micro-batches of at most
-        `max_tokens` (default `score_tokens`) padded tokens. Differentiable when called with grad enabled."""
+        `max_tokens` (default `score_tokens`) padded tokens; `images[i]` is prompt i's image (vision models).
+        Differentiable when called with grad enabled."""
+        images = list(images) if images is not None else [None] * len(prompt_ids)
         lengths = [len(p) + len(r) for p, r in zip(prompt_ids, responses)]
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
         out: list[torch.Tensor | None] = [None] * len(lengths)
         for mb in micro_batches([lengths[i] for i in order], max_tokens or self.score_tokens):
             ids = [order[j] for j in mb]
-            for i, lp in zip(ids, self.score_batch([prompt_ids[i] for i in ids], [responses[i] for i in ids])):
+            prompts, answers = [prompt_ids[i] for i in ids], [responses[i] for i in ids]
+            for i, lp in zip(ids, self.score_batch(prompts, answers, [images[i] for i in ids])):
                 out[i] = lp
         return out  # type: ignore[return-value]
 
-    def score_batch(self, prompts: list[Sequence[int]], responses: list[Sequence[int]]) -> list[torch.Tensor]:
+    def score_batch(
+        self, prompts: list[Sequence[int]], responses: list[Sequence[int]], images: Sequence | None = None
+    ) -> list[torch.Tensor]:
         pad = self.tok.pad_token_id
         seqs = [list(p) + list(r) for p, r in zip(prompts, responses)]
         width = max(len(s) for s in seqs)
@@ -274,5 +349,5 @@ class HFPolicy(ChatEncoder):
         for b, (p, r) in enumerate(zip(prompts, responses)):
             score[b, len(p) : len(p) + len(r)] = True
         with self.autocast():
-            lp = sequence_logprobs(self.model, ids, attn, score)
+            lp = sequence_logprobs(self.model, ids, attn, score, pixels=self.pixels(images or [None] * len(prompts)))
         return [lp[b, len(p) : len(p) + len(r)] for b, (p, r) in enumerate(zip(prompts, responses))]

@@ -154,9 +154,13 @@ class VLLMPolicy:
         max_new_tokens: int,
         stop: Sequence[str] = (),
         seed: int | None = None,
+        images: Sequence | None = None,
     ) -> list[Generation]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+
+        if images is not None and any(im is not None for im in images):
+            raise ValueError("the vLLM backend takes no images in this project; sample vision models with backend: hf")
 
         if self.sleeping:
             raise RuntimeError("the engine sleeps without its weights (level 2): sync(model) wakes it with them")

@@ -3,15 +3,26 @@
 Manifests (data/manifests/{train,warmup,valid_seen,valid_unseen}.json) are fixed, sorted game lists written by
 the environment (`Environment.write_manifests`): ALFWorld's are task-type-stratified seeded subsets of its
 splits, Sokoban's are seeds from disjoint training and evaluation ranges. Warm-up games are never RL games.
+With `vision.composite`, models/base is the vision-language composite built around the text model
+(`models.build_composite`), deterministic from `vision.seed`.
 """
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 from seed_core.config import Params
 from seed_core.envs import environment
-from seed_core.models import DEFAULT_MODEL, ModelError, convert_smollm2, load_model, looks_local, smollm2_gguf_dir
+from seed_core.models import (
+    DEFAULT_MODEL,
+    ModelError,
+    build_composite,
+    convert_smollm2,
+    load_model,
+    looks_local,
+    smollm2_gguf_dir,
+)
 from seed_core.records import publish_dir
 
 
@@ -48,5 +59,11 @@ def run_prepare(params: Params, model_dir: Path, manifest_dir: Path) -> dict[str
     """Returns the number of games written to each manifest."""
     check_model_source(params.model.name_or_path)  # before any output is written
     counts = environment(params).write_manifests(params.prepare, manifest_dir)
-    materialize_model(params.model.name_or_path, model_dir)
+    if not params.vision.composite:
+        materialize_model(params.model.name_or_path, model_dir)
+        return counts
+    Path(model_dir).parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".text-model.", dir=Path(model_dir).parent) as tmp:
+        materialize_model(params.model.name_or_path, Path(tmp) / "text")
+        build_composite(Path(tmp) / "text", model_dir, params.vision)
     return counts

@@ -8,6 +8,10 @@ through our environment and every step is rendered exactly as `rollout.play` ren
 same history, same window, same step cap), with a short templated `<think>` and the expert action. It is
 sized to make the policy valid most of the time while still losing most games, so RL has room to improve.
 Paper recipes turn it off (`warmup.enabled: false`), and the stage then passes the base model through.
+
+A vision-language policy on image observations first learns to see (`warmup.perception_epochs`): an SFT from each
+state's image to the room's grid text, on every state of the warm-up rooms' expert plans, written to
+models/perception; the behaviour cloning then starts from it. Otherwise models/perception is the base model.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ import time
 from pathlib import Path
 
 from seed_core.config import Params
-from seed_core.envs import environment
-from seed_core.models import resolve_device
+from seed_core.envs import environment, observation_image
+from seed_core.models import load_for, resolve_device
+from seed_core.policy import is_vision_dir
+from seed_core.policy.vision import check_observation
 from seed_core.records import publish_dir, write_json
 
 EVAL_GAMES = 2
@@ -52,20 +58,91 @@ def split_eval(examples: list[dict], n_games: int, seed: int) -> tuple[list[dict
     return [x for x in examples if x["game_id"] not in held], [x for x in examples if x["game_id"] in held]
 
 
-def run_warmup(params: Params, manifest_path: Path, base_model_dir: Path, out_dir: Path, metrics_path: Path) -> dict:
-    """The warm-up stage: `out_dir` gets the warmed-up model (or the base model, linked, when disabled)."""
+def cell_accuracy(policy, examples: list[dict]) -> float:
+    """Share of grid cells a greedy answer to perception examples gets right (a missing cell is wrong)."""
+    gens = policy.generate(
+        [x["prompt"] for x in examples], images=[x["image"] for x in examples], temperature=0.0,
+        max_new_tokens=max(len(x["completion"]) for x in examples) + 8,  # a token is a character or more
+    )  # fmt: skip
+    right = total = 0
+    for x, g in zip(examples, gens):
+        truth = [row.split(" ") for row in x["completion"].split("\n")]
+        said = [row.split(" ") for row in g.text.strip().split("\n")]
+        for r, row in enumerate(truth):
+            total += len(row)
+            right += sum(r < len(said) and c < len(said[r]) and said[r][c] == cell for c, cell in enumerate(row))
+    return right / total
+
+
+def perception(params: Params, entries, base_model_dir: Path, out_dir: Path) -> dict:
+    """The perception SFT (image -> grid text) from `base_model_dir` into `out_dir`, with the held-out rooms' cell
+    accuracy before and after."""
+    from seed_core.policy.hf import HFPolicy
+    from seed_core.sft import train_sft
+
+    cfg, t0 = params.warmup, time.perf_counter()
+    examples = [
+        {**x, "image": observation_image(params.env, x["observation"])}
+        for x in environment(params).perception_examples(entries, params.env)
+    ]
+    train, held = split_eval(examples, EVAL_GAMES, cfg.seed)
+
+    def accuracy(model_dir: Path) -> float:
+        model, tok = load_for(model_dir, params.model)
+        return cell_accuracy(HFPolicy(model, tok, batch_size=params.rollout.batch_size), held) if held else float("nan")
+
+    before = accuracy(base_model_dir)
+    sft = train_sft(
+        Path(base_model_dir),
+        [{k: x[k] for k in ("prompt", "completion", "image")} for x in train],
+        [{k: x[k] for k in ("prompt", "completion", "image")} for x in held] or None,
+        Path(out_dir),
+        epochs=cfg.perception_epochs, learning_rate=cfg.learning_rate, batch_size=cfg.batch_size, lora_r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha, max_seq_len=cfg.max_seq_len, seed=cfg.seed,
+        device=resolve_device(params.model.device), train_vision=True,
+    )  # fmt: skip
+    return {
+        "perception/train_examples": len(train),
+        "perception/eval_examples": len(held),
+        "perception/cell_accuracy_before": before,
+        "perception/cell_accuracy_after": accuracy(out_dir),
+        **{f"perception/sft/{k}": v for k, v in sft.items()},
+        "time/perception_s": round(time.perf_counter() - t0, 1),
+    }
+
+
+def run_warmup(
+    params: Params,
+    manifest_path: Path,
+    base_model_dir: Path,
+    out_dir: Path,
+    metrics_path: Path,
+    perception_dir: Path | None = None,
+) -> dict:
+    """The warm-up stage: `out_dir` gets the warmed-up model (or the base model, linked, when disabled), and
+    `perception_dir` the perception-trained one (or the base model, linked, when there is no perception SFT)."""
     cfg = params.warmup
+    vision = is_vision_dir(base_model_dir)
+    check_observation(params.env.observation, vision, base_model_dir)
+    env = environment(params)
+    entries = env.read_manifest(Path(manifest_path))
+    metrics: dict = {}
+    start = Path(base_model_dir)
+    if perception_dir is not None:
+        if vision and params.env.observation != "text" and cfg.perception_epochs > 0:
+            metrics |= perception(params, entries, Path(base_model_dir), Path(perception_dir))
+            start = Path(perception_dir)
+        else:
+            link_model(base_model_dir, perception_dir)
     if not cfg.enabled:
-        link_model(base_model_dir, out_dir)
-        metrics = {"warmup/enabled": False}
+        link_model(start, out_dir)
+        metrics |= {"warmup/enabled": False}
         write_json(metrics_path, metrics)
         return metrics
 
     from seed_core.sft import train_sft  # torch/trl imports are heavy; the disabled path does not need them
 
     t0 = time.perf_counter()
-    env = environment(params)
-    entries = env.read_manifest(Path(manifest_path))
     examples = env.expert_examples(entries, params.env)
     kept = {x["game_id"] for x in examples}
     if not kept:
@@ -75,10 +152,13 @@ def run_warmup(params: Params, manifest_path: Path, base_model_dir: Path, out_di
         )
     train, held = split_eval(examples, EVAL_GAMES, cfg.seed)
     replay_s = time.perf_counter() - t0
+    keys = ("prompt", "completion", "image") if params.env.observation != "text" else ("prompt", "completion")
+    for x in examples:
+        x["image"] = observation_image(params.env, x.get("observation", ""))
     sft = train_sft(
-        Path(base_model_dir),
-        [{"prompt": x["prompt"], "completion": x["completion"]} for x in train],
-        [{"prompt": x["prompt"], "completion": x["completion"]} for x in held] or None,
+        start,
+        [{k: x[k] for k in keys} for x in train],
+        [{k: x[k] for k in keys} for x in held] or None,
         Path(out_dir),
         epochs=cfg.epochs,
         learning_rate=cfg.learning_rate,
@@ -88,8 +168,9 @@ def run_warmup(params: Params, manifest_path: Path, base_model_dir: Path, out_di
         max_seq_len=cfg.max_seq_len,
         seed=cfg.seed,
         device=resolve_device(params.model.device),
+        train_vision=params.vision.trainable,
     )
-    metrics = {
+    metrics |= {
         "warmup/enabled": True,
         "warmup/games": len(entries),
         "warmup/games_won_by_walkthrough": len(kept),

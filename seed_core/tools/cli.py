@@ -38,7 +38,7 @@ def cmd_play(args: argparse.Namespace) -> None:
     import dataclasses
 
     from seed_core.envs import environment
-    from seed_core.method.prompts import CLOSED_ACTIONS, STEP_PROMPTS, parse_response
+    from seed_core.method.prompts import CLOSED_ACTIONS, parse_response, step_prompter
 
     params = load_params(args.params)
     game_id = args.game_id
@@ -51,7 +51,7 @@ def cmd_play(args: argparse.Namespace) -> None:
     if ":" in game_id:  # a manifest index like valid_seen:3
         split, _, idx = game_id.partition(":")
         game_id = env.read_manifest(REPO / "data/manifests" / f"{split}.json")[int(idx or 0)].game_id
-    step_prompt, closed = STEP_PROMPTS[env.name], CLOSED_ACTIONS[env.name]
+    step_prompt, closed = step_prompter(params.env), CLOSED_ACTIONS[env.name]
     with env.open_pool(0) as pool:
         state = pool.reset([game_id])[0]
         history: list[tuple[str, str]] = []

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from seed_core.envs import EnvState, GameEntry
 from seed_core.envs.sokoban.room import ACTIONS, Room, generate_room, solve
-from seed_core.method.prompts import SOKOBAN_TASK, sokoban_step_prompt
+from seed_core.method.prompts import PERCEPTION_PROMPT, SOKOBAN_TASK, sokoban_step_prompt
 from seed_core.records import DataError, write_json
 
 TRAIN_SEEDS = range(0, 1_000_000)
@@ -152,29 +152,60 @@ class Sokoban:
     def open_pool(self, workers: int) -> SokobanPool:
         return SokobanPool(self.dim, self.num_boxes)
 
-    def expert_examples(self, entries: list[GameEntry], env, progress: bool = True) -> list[dict]:
-        """The solver's shortest plan of each room as step examples, rendered as `rollout.play` renders them."""
-        examples: list[dict] = []
+    def _plans(self, entries: list[GameEntry], max_steps: int, progress: bool):
+        """(game id, [(room, action)] along the solver's shortest plan) of each room it wins within `max_steps`."""
         for e in tqdm(entries, desc="expert plans", unit="room", disable=not progress):
             room = self._pool.room(seed_of(e.game_id))
             plan = solve(room)
-            if plan is None or len(plan) > env.max_steps:
+            if plan is None or len(plan) > max_steps:
                 continue
+            path = []
+            for action in plan:
+                path.append((room, action))
+                room, _, _ = room.step(action)
+            if not room.won:  # the solver and the rules disagree: a bug, never a data problem
+                raise RuntimeError(f"the solver's plan for room {e.game_id} does not win it")
+            yield e.game_id, path
+
+    def expert_examples(self, entries: list[GameEntry], env, progress: bool = True) -> list[dict]:
+        """The solver's shortest plan of each room as step examples, rendered as `rollout.play` renders them (in
+        `env.observation`'s view; "observation" is the grid the step's image is drawn from)."""
+        examples: list[dict] = []
+        for game_id, path in self._plans(entries, env.max_steps, progress):
             history: list[tuple[str, str]] = []
-            for t, action in enumerate(plan):
-                prompt = sokoban_step_prompt(SOKOBAN_TASK, room.text(), list(ACTIONS), history, env.history_length)
+            for t, (room, action) in enumerate(path):
+                prompt = sokoban_step_prompt(
+                    SOKOBAN_TASK, room.text(), list(ACTIONS), history, env.history_length, env.observation
+                )
                 examples.append(
                     {
                         "prompt": prompt,
                         "completion": completion(think_text(room, action), action),
-                        "game_id": e.game_id,
+                        "game_id": game_id,
                         "step": t,
+                        "observation": room.text(),
                     }
                 )
                 history.append((room.text(), action))
-                room, _, _ = room.step(action)
-            if not room.won:  # the solver and the rules disagree: a bug, never a data problem
-                raise RuntimeError(f"the solver's plan for room {e.game_id} does not win it")
+        return examples
+
+    def perception_examples(self, entries: list[GameEntry], env, progress: bool = True) -> list[dict]:
+        """The perception warm-up's examples: every state on the solver's plan of each room, and the solved room,
+        asked as PERCEPTION_PROMPT and answered with the grid text ("observation" is that grid)."""
+        examples: list[dict] = []
+        for game_id, path in self._plans(entries, env.max_steps, progress):
+            last, action = path[-1]
+            for t, room in enumerate([r for r, _ in path] + [last.step(action)[0]]):
+                grid = room.text()
+                examples.append(
+                    {
+                        "prompt": PERCEPTION_PROMPT,
+                        "completion": grid,
+                        "game_id": game_id,
+                        "step": t,
+                        "observation": grid,
+                    }
+                )
         return examples
 
     def oracle(self, max_chars: int | None = None):

@@ -196,9 +196,27 @@ class Room:
 
     def rgb(self, tile: int = 16) -> np.ndarray:
         """The room as an image (H*tile, W*tile, 3) uint8, each tile's pixels a function of its code alone."""
-        sprites = _sprites(tile)
-        h, w = self.fixed.shape
-        return sprites[self.tiles()].transpose(0, 2, 1, 3, 4).reshape(h * tile, w * tile, 3)
+        return tiles_rgb(self.tiles(), tile)
+
+
+def tiles_rgb(tiles: np.ndarray, tile: int = 16) -> np.ndarray:
+    """(H, W) tile codes -> (H*tile, W*tile, 3) uint8 image."""
+    h, w = tiles.shape
+    return _sprites(tile)[tiles].transpose(0, 2, 1, 3, 4).reshape(h * tile, w * tile, 3)
+
+
+def text_tiles(text: str) -> np.ndarray:
+    """`Room.text()` back to its (H, W) tile codes; a symbol that is not a tile's is a ValueError."""
+    codes = {sym: code for code, sym in SYMBOLS.items()}
+    rows = [line.split(" ") for line in text.strip("\n").split("\n")]
+    if len({len(r) for r in rows}) != 1 or any(c not in codes for r in rows for c in r):
+        raise ValueError(f"not a Sokoban grid (rows of {''.join(codes)} separated by single spaces): {text!r}")
+    return np.array([[codes[c] for c in r] for r in rows], dtype=np.int8)
+
+
+def grid_rgb(text: str, tile: int = 16) -> np.ndarray:
+    """The image of a stored observation (`Room.text()`): steps keep the grid text, images are redrawn from it."""
+    return tiles_rgb(text_tiles(text), tile)
 
 
 @lru_cache(maxsize=8)
