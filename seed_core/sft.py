@@ -149,7 +149,7 @@ def image_rows(encoder, examples: list[dict]) -> list[dict]:
     the ids the policy samples with, and only the answer carries loss."""
     rows = []
     for i, x in enumerate(examples):
-        prompt, answer = encoder.encode_full(x["prompt"], x["image"]), answer_ids(encoder.tok, x["completion"])
+        prompt, answer = encoder.encode_full(x["prompt"], x.get("image")), answer_ids(encoder.tok, x["completion"])
         rows.append({"input_ids": prompt + answer, "labels": [IGNORE] * len(prompt) + answer, "index": i})
     return rows
 
@@ -167,7 +167,8 @@ class ImageCollator:
             return torch.tensor([r[key] + [fill] * (width - len(r[key])) for r in rows])
 
         mask = torch.tensor([[1] * len(r["input_ids"]) + [0] * (width - len(r["input_ids"])) for r in rows])
-        pixels = self.vision.pixels([self.images[r["index"]] for r in rows])
+        images = [self.images[r["index"]] for r in rows]
+        pixels = self.vision.pixels(images) if any(im is not None for im in images) else {}
         return {
             "input_ids": padded("input_ids", self.pad_id),
             "attention_mask": mask,
@@ -187,7 +188,8 @@ def make_image_trainer(
     train_vision: bool,
     callbacks: tuple = (),
 ):
-    """transformers' Trainer over image examples ({"prompt", "completion", "image"}), with `train_sft`'s `args`."""
+    """transformers' Trainer over image examples ({"prompt", "completion", "image"}; text-only ones may be mixed in),
+    with `train_sft`'s `args`."""
     from datasets import Dataset
     from peft import get_peft_model
     from transformers import Trainer
@@ -210,7 +212,7 @@ def make_image_trainer(
         args=args,
         train_dataset=Dataset.from_list(rows[: len(train)]),
         eval_dataset=Dataset.from_list(rows[len(train) :]) if eval else None,
-        data_collator=ImageCollator(tokenizer.pad_token_id, vision, [x["image"] for x in examples]),
+        data_collator=ImageCollator(tokenizer.pad_token_id, vision, [x.get("image") for x in examples]),
         processing_class=tokenizer,
         callbacks=list(callbacks),
     )
@@ -299,7 +301,7 @@ def train_sft(
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     # fp32 master weights: the merged checkpoint is saved in full precision, whatever the backend runs at.
     model = auto_class(model_path).from_pretrained(model_path, dtype=torch.float32, use_safetensors=True)
-    vision = vision_inputs(model.config) if "image" in train[0] else None
+    vision = vision_inputs(model.config) if any(x.get("image") is not None for x in train) else None
 
     class _Log(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):

@@ -241,14 +241,12 @@ class HFPolicy(ChatEncoder):
         return results  # type: ignore[return-value]
 
     def pixels(self, images: Sequence) -> dict:
-        """The model's pixel inputs for one batch (one image per row), on its device and in its float dtype;
-        {} when no row has an image."""
+        """The model's pixel inputs for one batch (one image or None per row), on its device and in its float
+        dtype; {} when no row has an image."""
         if all(im is None for im in images):
             return {}
         if self.vision is None:
             self._encode_with_image(IMAGE_MARK, images[0])  # raises the text-only model's error
-        if any(im is None for im in images):
-            raise VisionError("a batch mixes prompts with and without images; give every prompt its image")
         dtype = next(p for p in self.model.parameters() if p.is_floating_point()).dtype
         return {
             k: v.to(self.device, dtype=dtype) if v.is_floating_point() else v.to(self.device)

@@ -48,7 +48,8 @@ class VisionInputs(Protocol):
         ...
 
     def pixels(self, images: list) -> dict:
-        """The model's pixel inputs for a batch of sequences, one image each (float tensors in fp32)."""
+        """The model's pixel inputs for a batch of sequences, one image each or None for a text-only row (an SFT
+        batch may mix them); float tensors in fp32."""
         ...
 
 
@@ -66,8 +67,10 @@ class SmolVLMInputs:
     def pixels(self, images: list) -> dict:
         import torch
 
-        x = torch.from_numpy(np.stack([check_image(im, self.size) for im in images])).permute(0, 3, 1, 2)
-        x = x.float().div(255).sub(0.5).div(0.5)  # SmolVLM's image_mean = image_std = 0.5
+        blank = np.zeros((*self.size, 3), dtype=np.uint8)
+        x = torch.from_numpy(np.stack([blank if im is None else check_image(im, self.size) for im in images]))
+        x = x.permute(0, 3, 1, 2).float().div(255).sub(0.5).div(0.5)  # SmolVLM's image_mean = image_std = 0.5
+        x[[im is None for im in images]] = 0.0  # an all-zero image is padding to SmolVLM: no image in that row
         mask = torch.ones(x.shape[0], 1, *self.size, dtype=torch.bool)
         return {"pixel_values": x[:, None], "pixel_attention_mask": mask}  # (B, 1 image, 3, H, W)
 
@@ -91,7 +94,7 @@ class QwenVLInputs:
         return [self.start] + [self.pad] * (int(grid.prod()) // self.merge**2) + [self.end]
 
     def pixels(self, images: list) -> dict:
-        out = self._processed(images)
+        out = self._processed([im for im in images if im is not None])  # rows without an image have no tokens
         return {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from seed_core.config import Params
-from seed_core.envs import Environment, environment
+from seed_core.envs import Environment, environment, observation_image
 from seed_core.method.skills import PARSED, analyze
 from seed_core.method.teachers import checkpoint_teacher
 from seed_core.models import resolve_device
@@ -125,12 +125,17 @@ def heldout_set(sft_dir: Path) -> tuple[list[Trajectory], dict[str, Skill]]:
 
 
 def rehearsal_examples(params: Params, manifest: Path, env: Environment) -> list[dict]:
-    """Expert (step prompt -> action) examples of the first `train_analyzer.rehearsal_games` warm-up games."""
+    """Expert (step prompt -> action) examples of the first `train_analyzer.rehearsal_games` warm-up games, with
+    their images when the agent sees images."""
     n = params.train_analyzer.rehearsal_games
     if not n:
         return []
     return [
-        {"prompt": x["prompt"], "completion": x["completion"]}
+        {
+            "prompt": x["prompt"],
+            "completion": x["completion"],
+            "image": observation_image(params.env, x.get("observation", "")),
+        }
         for x in env.expert_examples(env.read_manifest(manifest)[:n], params.env, progress=False)
     ]
 
