@@ -83,3 +83,56 @@ def chat_endpoint(handle: Callable[[BaseHTTPRequestHandler, dict], None]) -> Ite
     finally:
         server.shutdown()
         server.server_close()
+
+
+QWEN_VISION_TOKENS = ("<|vision_start|>", "<|image_pad|>", "<|vision_end|>")
+
+
+def tiny_qwen_vl(tokenizer_dir: Path, out_dir: Path, seed: int = 0) -> Path:
+    """A tiny random-init Qwen2.5-VL (the paper's visual architecture) with the SmolLM2 tokenizer plus Qwen's three
+    vision tokens, saved as a safetensors HF folder."""
+    from transformers import AutoTokenizer, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tok.add_special_tokens({"additional_special_tokens": list(QWEN_VISION_TOKENS)})
+    start, pad, end = tok.convert_tokens_to_ids(list(QWEN_VISION_TOKENS))
+    torch.manual_seed(seed)
+    cfg = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": len(tok),
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 1,
+            "max_position_embeddings": 4096,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+            "bos_token_id": tok.bos_token_id,
+            "eos_token_id": tok.eos_token_id,
+            "pad_token_id": tok.pad_token_id,
+            "tie_word_embeddings": True,
+        },
+        vision_config={
+            "depth": 1,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "out_hidden_size": 32,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 56,
+            "fullatt_block_indexes": [0],
+        },
+        vision_start_token_id=start,
+        image_token_id=pad,
+        vision_end_token_id=end,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    model = Qwen2_5_VLForConditionalGeneration(cfg).eval()
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tok.save_pretrained(out_dir)
+    return Path(out_dir)
