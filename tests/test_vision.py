@@ -233,13 +233,14 @@ def test_image_sft_trains_the_vision_encoder_only_when_asked(composite_dir, tmp_
         assert any(not torch.equal(start[k], done[k]) for k in start if "text_model.layers" in k)
 
 
-def test_cell_accuracy_counts_cells_by_hand(composite_dir):
+def test_cell_accuracy_counts_cells_by_hand():
     class Answers:  # a policy whose answers are given
         def generate(self, prompts, *, images, **kw):
             return [type("G", (), {"text": t}) for t in ("# _\nO X", "# _\nX")]
 
     examples = [{"prompt": "p", "image": None, "completion": "# _\nO P"}] * 2
-    assert cell_accuracy(Answers(), examples) == (3 + 2) / 8  # 3 of 4 right; then 2 right, 1 wrong, 1 missing
+    # 3 of 4 right (O right, P wrong); then 2 right, 1 wrong (O), 1 missing (P)
+    assert cell_accuracy(Answers(), examples) == {"cells": (3 + 2) / 8, "objects": 1 / 4}
 
 
 # ---------------------------------------------------------------- what does not fit
@@ -270,3 +271,11 @@ def test_what_does_not_fit_is_refused_naming_the_fix(composite_dir, tiny_model_d
     policy.max_prompt_tokens = 20
     with pytest.raises(VisionError, match="over max_prompt_tokens=20.*cut the image"):
         policy.encode_prompt(prompt, np.zeros((96, 96, 3), np.uint8))
+
+
+def test_a_vision_model_samples_on_the_hf_backend(composite_dir):
+    p = visual_params()
+    p = dataclasses.replace(p, rollout=dataclasses.replace(p.rollout, backend="vllm"))
+    with pytest.warns(UserWarning, match="the vLLM backend takes no images"):
+        with open_sampler(composite_dir, p, p.rollout, 0) as sampler:
+            assert isinstance(sampler, HFPolicy) and sampler.vision is not None
