@@ -14,10 +14,11 @@ is kept beside it in `adapter/`. On CPU the batch is built by gradient accumulat
 which wastes no compute on padding (step prompts range from ~400 to ~1,300 tokens); on GPU it is one
 padded micro-batch.
 
-Examples with an "image" (a vision-language model: the perception warm-up and behaviour cloning on visual
-Sokoban) are tokenized by the policy's own encoder (`image_rows`: the prompt ids it samples with, then the chat
-template's assistant turn) and trained by transformers' Trainer with `ImageCollator`, which adds the pixels; the
-settings, the metrics and the output are the same as above. LoRA adapts the language model only; the vision
+A vision-language model's examples, with an "image" or without (the perception warm-up, behaviour cloning on
+visual Sokoban, Stage 1's analyzer examples mixed with image rehearsal steps), are tokenized by the policy's own
+encoder (`image_rows`: the prompt ids it samples with, then the chat template's assistant turn) and trained by
+transformers' Trainer with `ImageCollator`, which adds the pixels; the settings, the metrics and the output are
+the same as above. LoRA adapts the language model only; the vision
 encoder trains in full or stays frozen (`train_vision`).
 """
 
@@ -301,7 +302,7 @@ def train_sft(
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     # fp32 master weights: the merged checkpoint is saved in full precision, whatever the backend runs at.
     model = auto_class(model_path).from_pretrained(model_path, dtype=torch.float32, use_safetensors=True)
-    vision = vision_inputs(model.config) if any(x.get("image") is not None for x in train) else None
+    vision = vision_inputs(model.config)  # a vision model trains on the image path, text-only rows included
 
     class _Log(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kw):
