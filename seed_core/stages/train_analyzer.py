@@ -130,13 +130,12 @@ def rehearsal_examples(params: Params, manifest: Path, env: Environment) -> list
     n = params.train_analyzer.rehearsal_games
     if not n:
         return []
+    examples = env.expert_examples(env.read_manifest(manifest)[:n], params.env, progress=False)
+    if params.env.observation == "text":
+        return [{"prompt": x["prompt"], "completion": x["completion"]} for x in examples]
     return [
-        {
-            "prompt": x["prompt"],
-            "completion": x["completion"],
-            "image": observation_image(params.env, x.get("observation", "")),
-        }
-        for x in env.expert_examples(env.read_manifest(manifest)[:n], params.env, progress=False)
+        {"prompt": x["prompt"], "completion": x["completion"], "image": observation_image(params.env, x["observation"])}
+        for x in examples
     ]
 
 
