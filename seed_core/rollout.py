@@ -71,7 +71,7 @@ def play(
         images = [observation_image(env, episodes[i].observation) for i in live]
         gens = policy.generate(
             prompts,
-            images=None if images[0] is None else images,
+            **({} if images[0] is None else {"images": images}),  # a text-only Policy need not take images
             temperature=gen.temperature,
             top_p=gen.top_p,
             max_new_tokens=gen.max_new_tokens,
