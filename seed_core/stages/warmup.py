@@ -130,12 +130,11 @@ def run_warmup(
     cfg = params.warmup
     vision = is_vision_dir(base_model_dir)
     check_observation(params.env.observation, vision, base_model_dir)
-    env = environment(params)
-    entries = env.read_manifest(Path(manifest_path))
     metrics: dict = {}
     start = Path(base_model_dir)
     if perception_dir is not None:
         if vision and params.env.observation != "text" and cfg.perception_epochs > 0:
+            entries = environment(params).read_manifest(Path(manifest_path))
             metrics |= perception(params, entries, Path(base_model_dir), Path(perception_dir))
             start = Path(perception_dir)
         else:
@@ -149,6 +148,8 @@ def run_warmup(
     from seed_core.sft import train_sft  # torch/trl imports are heavy; the disabled path does not need them
 
     t0 = time.perf_counter()
+    env = environment(params)
+    entries = env.read_manifest(Path(manifest_path))
     examples = env.expert_examples(entries, params.env)
     kept = {x["game_id"] for x in examples}
     if not kept:
