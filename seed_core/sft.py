@@ -18,8 +18,8 @@ A vision-language model's examples, with an "image" or without (the perception w
 visual Sokoban, Stage 1's analyzer examples mixed with image rehearsal steps), are tokenized by the policy's own
 encoder (`image_rows`: the prompt ids it samples with, then the chat template's assistant turn) and trained by
 transformers' Trainer with `ImageCollator`, which adds the pixels; the settings, the metrics and the output are
-the same as above. LoRA adapts the language model only; the vision
-encoder trains in full or stays frozen (`train_vision`).
+the same as above. LoRA adapts the language model only; the vision encoder trains in full or stays frozen
+(`train_vision`).
 """
 
 from __future__ import annotations
