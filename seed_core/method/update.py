@@ -44,7 +44,7 @@ from seed_core.method.rescore import StepTokens, score_steps, step_tokens
 from seed_core.method.skills import PARSED, analyze
 from seed_core.method.teachers import PolicyTeacher
 from seed_core.models import freeze_vision, lora_config
-from seed_core.policy import Policy, hf_only
+from seed_core.policy import Policy, warn_hf_only
 from seed_core.policy.hf import HFPolicy, micro_batches
 from seed_core.policy.vision import check_observation, vision_inputs
 from seed_core.policy.vllm import VLLMPolicy
@@ -137,7 +137,9 @@ class Trainer:
         gen = params.rollout
         self.policy = HFPolicy(model, tokenizer, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens)
         self.sampler: Policy = self.policy
-        if gen.backend == "vllm" and not hf_only(sampler_dir or Path("-")):
+        if gen.backend == "vllm" and self.policy.vision is not None:
+            warn_hf_only(sampler_dir)
+        elif gen.backend == "vllm":
             if sampler_dir is None:
                 raise ValueError(
                     "rollout.backend vllm: the trainer needs the checkpoint folder to start the engine from"

@@ -55,7 +55,9 @@ def open_sampler(
 
     vision = is_vision_dir(model_dir)
     check_observation(params.env.observation, vision, model_dir)
-    if gen.backend == "hf" or (vision and hf_only(model_dir)):
+    if vision and gen.backend != "hf":
+        warn_hf_only(model_dir)
+    if gen.backend == "hf" or vision:
         model, tok = load_for(model_dir, params.model)
         yield HFPolicy(model, tok, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens)
         return
@@ -77,16 +79,13 @@ def is_vision_dir(model_dir: Path) -> bool:
     return config.exists() and "vision_config" in json.loads(config.read_text())
 
 
-def hf_only(model_dir: Path) -> bool:
-    """Whether `model_dir` holds a vision-language model, which only the HF backend samples here (the vLLM path
-    takes no images yet); says so when it is."""
+def warn_hf_only(model_dir: Path) -> None:
+    """Say that the vision-language model in `model_dir` is sampled by the HF backend: the vLLM path takes no
+    images in this project yet."""
     import warnings
 
-    if not is_vision_dir(model_dir):
-        return False
     warnings.warn(
         f"{model_dir} is a vision-language model; the vLLM backend takes no images in this project, so the HF "
         "backend samples it (set the backend to hf to silence this)",
         stacklevel=3,
     )
-    return True
