@@ -13,12 +13,12 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from _common import cli, load, publish, record_stage
-from seed_core.stages.rl import INIT, RLRun, run_folder_name
+from seed_core.stages.rl import INIT, run_folder_name, train, write_outputs
 
 
 @task(name="rl-epoch", cache_policy=NO_CACHE)
-def epoch_task(run: RLRun, epoch: int) -> dict:
-    return run.run_epoch(epoch)
+def epoch_task(train_it) -> dict:
+    return train_it()
 
 
 @flow(name="rl")
@@ -34,18 +34,18 @@ def rl(
     log = get_run_logger()
     init = Path(INIT[p.rl.init])
     run_dir = Path(runs_dir) / run_folder_name(p, init)
-    run = RLRun(p, init, Path(manifest_dir), run_dir, log=log.info)
     log.info(
-        "method %s, advantage %s, start %s, run folder %s, epochs left %s",
+        "method %s, advantage %s, start %s, run folder %s, launcher %s x %d",
         p.rl.method,
         p.rl.advantage,
         init,
         run_dir,
-        run.pending(),
+        p.rl.launcher,
+        p.rl.world_size,
     )
-    for epoch in run.pending():
-        epoch_task.with_options(task_run_name=f"epoch-{epoch}")(run, epoch)
-    summary = run.finish(Path(out_dir), Path(metrics), Path(plots))
+    for epoch, train_it in train(p, Path(params), init, Path(manifest_dir), run_dir, log=log.info):
+        epoch_task.with_options(task_run_name=f"epoch-{epoch}")(train_it)
+    summary = write_outputs(p, init, run_dir, Path(out_dir), Path(metrics), Path(plots))
     rows = "\n".join(f"| {k} | {v:.4g} |" for k, v in summary["mean_over_updates"].items())
     publish(
         "rl",

@@ -426,6 +426,12 @@ class RLConfig:
     correcting for the sampler's log-probs differing from the trainer's; `auto` is on with `rollout.backend: vllm`."""
     tis_cap: float = 2.0
     """C of truncated importance sampling: the largest weight a token gets."""
+    launcher: Literal["local", "torchrun"] = "local"
+    """`local`: the stage's own process trains; `torchrun`: `world_size` rank processes on this node (FSDP2; gloo on
+    the CPU, NCCL on GPUs), started and watched by the stage. Left out of the run's identity: a run resumes on any
+    number of ranks."""
+    world_size: int = 1
+    """Ranks with `launcher: torchrun` (one per GPU); rank r plays games r, r + world_size, ... of every update."""
 
     def __post_init__(self) -> None:
         for k in ("epochs", "updates_per_epoch", "games_per_update", "group_size", "ppo_epochs", "mini_batch_steps"):
@@ -439,6 +445,18 @@ class RLConfig:
         _check(self.max_nonfinite_in_row >= 1, "rl.max_nonfinite_in_row", "must be >= 1")
         _check(self.tis_cap >= 1, "rl.tis_cap", f"must be >= 1, got {self.tis_cap}")
         _check(self.entropy_coef == 0, "rl.entropy_coef", "must be 0 (the paper's value; entropies are not computed)")
+        _check(self.world_size >= 1, "rl.world_size", f"must be >= 1, got {self.world_size}")
+        _check(
+            self.launcher != "local" or self.world_size == 1,
+            "rl.world_size",
+            f"is {self.world_size}, but rl.launcher local trains in one process; set rl.launcher: torchrun",
+        )
+        _check(
+            self.world_size <= self.games_per_update,
+            "rl.world_size",
+            f"is {self.world_size}, more than rl.games_per_update ({self.games_per_update}): every rank plays whole "
+            "GRPO groups, so raise rl.games_per_update or lower rl.world_size",
+        )
 
 
 @dataclass(frozen=True)

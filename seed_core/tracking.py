@@ -89,11 +89,19 @@ def _get(d: Mapping[str, Any], dotted: str) -> Any:
 class Tracker:
     """One W&B run for one stage execution; every method is a no-op when W&B is disabled."""
 
-    def __init__(self, stage: str, config: Mapping[str, Any], group: str | None = None, name: str | None = None):
+    def __init__(
+        self,
+        stage: str,
+        config: Mapping[str, Any],
+        group: str | None = None,
+        name: str | None = None,
+        enabled: bool = True,
+    ):
+        """`enabled=False`: a no-op tracker (the RL ranks other than rank 0, whose metrics rank 0 logs)."""
         self.run = None
         self.secrets = secret_values(config)
         mode = wandb_mode()
-        if mode == "disabled":
+        if mode == "disabled" or not enabled:
             return
         import wandb
 

@@ -77,6 +77,7 @@ def score_steps(
         [steps[i].response_ids for i in idx],
         max_tokens,
         images=[steps[i].image for i in idx],
+        pad=(steps[0].prompt_ids, steps[0].response_ids, steps[0].image) if steps else None,
     )
     out: list[torch.Tensor | None] = [None] * len(steps)
     for i, lp in zip(idx, scored):

@@ -36,6 +36,7 @@ from typing import Literal
 import torch
 from torch.nn.utils.rnn import pad_sequence
 
+from seed_core import distributed
 from seed_core.config import METHODS, Params, RLConfig
 from seed_core.envs import GameEntry, GamePool
 from seed_core.method import advantages as adv
@@ -136,6 +137,9 @@ class Trainer:
         self.model = model
         gen = params.rollout
         self.policy = HFPolicy(model, tokenizer, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens)
+        self.ref_policy = (
+            HFPolicy(self.ref_model, tokenizer, max_prompt_tokens=gen.max_prompt_tokens) if self.ref_model else None
+        )
         self.sampler: Policy = self.policy
         if gen.backend == "vllm" and self.policy.vision is not None:
             warn_hf_only(sampler_dir)
@@ -146,7 +150,16 @@ class Trainer:
                 )
             new_tokens = max(gen.max_new_tokens, self.cfg.analyzer_max_new_tokens)
             self.sampler = VLLMPolicy.from_params(sampler_dir, self.policy, params, self.cfg.seed, new_tokens)
+        # TIS corrects another backend's log-probs; a rank's HF copy (below) holds the learner's own weights
         self.tis = self.cfg.tis == "on" or (self.cfg.tis == "auto" and self.sampler is not self.policy)
+        if distributed.world() > 1:
+            if self.sampler is self.policy:  # generation is no collective: a rank samples from its own full copy
+                self.sampler = HFPolicy(
+                    copy.deepcopy(model), tokenizer, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens
+                )
+            for policy in filter(None, (self.policy, self.ref_policy)):  # the reference is a unit tree of its own
+                distributed.shard(policy.scorer, policy.model)
+                policy.sharded = True
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.trainable, lr=self.cfg.learning_rate, weight_decay=0.0)
         self.nonfinite_in_row = 0
@@ -157,15 +170,18 @@ class Trainer:
         """Steps 1-6 on `games`; returns the update's metrics and its skill corpus."""
         self.model.eval()  # 1. pi_old = the current weights, unchanged until step 6
 
-        t0 = time.perf_counter()  # 2. collect
+        t0 = time.perf_counter()  # 2. collect: rank r plays games[r::world], whole groups (rank-local advantages)
+        rank, world = distributed.rank(), distributed.world()
         trajs = play(
-            self.sampler, pool, games, group_size=self.cfg.group_size, env=self.params.env, gen=self.params.rollout,
-            seed=self.cfg.seed * 100_003 + index, tag=f"rl/u{index:04d}", progress=False,
+            self.sampler, pool, list(games)[rank::world], group_size=self.cfg.group_size, env=self.params.env,
+            gen=self.params.rollout, seed=(self.cfg.seed * 100_003 + index) * world + rank, tag=f"rl/u{index:04d}",
+            progress=False,
         )  # fmt: skip
         rollout_s = time.perf_counter() - t0
 
         metrics, corpus = self.learn(trajs, index)
-        return {**rollout_metrics(trajs), "time/rollout_s": rollout_s, **metrics}, corpus
+        everyone = [t for part in distributed.gather(trajs) for t in part]
+        return {**rollout_metrics(everyone), "time/rollout_s": rollout_s, **metrics}, corpus
 
     def learn(
         self, trajs: list[Trajectory], index: int, skills: list[Skill | None] | None = None
@@ -196,7 +212,7 @@ class Trainer:
         metrics = {**skill_metrics, **loss_metrics, **t, "memory/peak_rss_mb": peak_rss_mb()}
         if torch.cuda.is_available():
             metrics["memory/peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        return metrics, skill_corpus(batch, deltas, index)
+        return metrics, [c for part in distributed.gather(skill_corpus(batch, deltas, index)) for c in part]
 
     def close(self) -> None:
         """Shut down a vLLM sampler (the HF one needs nothing)."""
@@ -205,8 +221,20 @@ class Trainer:
             self.sampler = self.policy
 
     def sync_sampler(self) -> float:
-        """Make the sampler serve the current weights (after each update and after a checkpoint loads); seconds."""
-        return self.sampler.sync(self.model) if isinstance(self.sampler, VLLMPolicy) else 0.0
+        """Make the sampler serve the current weights (after each update and after a checkpoint loads); seconds.
+        Sharded, the weights are gathered first (every rank, a collective)."""
+        if self.sampler is self.policy:
+            return 0.0
+        with distributed.gathered(self.policy.scorer):
+            if isinstance(self.sampler, VLLMPolicy):
+                return self.sampler.sync(self.model)
+            t0 = time.perf_counter()
+            full = dict(self.model.named_parameters())
+            with torch.no_grad():
+                for name, p in self.sampler.model.named_parameters():
+                    if p.requires_grad:
+                        p.copy_(full[name])
+            return time.perf_counter() - t0
 
     def build_batch(self, trajs: list[Trajectory], skills: list[Skill | None]) -> Batch:
         """Steps 4 and 5: every step's tokens, its pi_old, reference and teacher log-probs, and its advantage."""
@@ -226,16 +254,17 @@ class Trainer:
                       self.fixed_skills[t.task_type], "ok", "", "sdar:fixed", "")
                 for t in trajs
             ]  # fmt: skip
-            return skills, {"skills/parse_rate": 1.0, "skills/length_chars": _mean([len(s.skill) for s in skills])}
+            lengths = [len(s.skill) for s in skills]
+            return skills, {"skills/parse_rate": 1.0, "skills/length_chars": _all_mean(sum(lengths), len(lengths))}
         # Skills are JSON objects; stopping at the first closing brace saves most of the analyzer's tokens.
         teacher = PolicyTeacher(self.sampler, f"policy:u{index:04d}", self.cfg.analyzer_max_new_tokens, stop=("}",))
         skills, stats = analyze(trajs, teacher, reask=False, max_skill_chars=self.cfg.max_skill_chars)
-        parsed = [s for s in skills if s.parse_status in PARSED]
-        return skills, {
-            "skills/parse_rate": stats.parse_rate,
-            "skills/length_chars": _mean([len(s.skill) for s in parsed]),
-            "skills/truncated": float(stats.truncated),
-            "skills/analyzer_tokens": float(stats.completion_tokens),
+        lengths = [len(s.skill) for s in skills if s.parse_status in PARSED]
+        return skills, {  # over every rank's trajectories
+            "skills/parse_rate": _all_mean(stats.parse_rate * len(trajs), len(trajs)),
+            "skills/length_chars": _all_mean(sum(lengths), len(lengths)),
+            "skills/truncated": distributed.all_sum(stats.truncated),
+            "skills/analyzer_tokens": distributed.all_sum(stats.completion_tokens),
         }
 
     @torch.no_grad()
@@ -246,18 +275,17 @@ class Trainer:
         mb = self.cfg.micro_batch_tokens
         # With one PPO epoch over a single mini-batch no optimizer step happens before a step's loss, so its
         # pi_old log-probs are the training forward's own (detached): the separate pass would repeat it.
-        on_policy = self.cfg.ppo_epochs == 1 and len(steps) <= self.cfg.mini_batch_steps
+        on_policy = self.cfg.ppo_epochs == 1 and self._mini_batches(len(steps)) == 1
         old = None if on_policy else score_steps(self.policy, steps, "prompt", mb)
         ref = self._reference_logp(steps) if self.cfg.kl_coef > 0 else None
         teacher = score_steps(self.policy, steps, "teacher", mb) if self.spec.skills != "none" else [None] * len(steps)
         return steps, old, ref, teacher
 
     def _reference_logp(self, steps: list[StepTokens]) -> list[torch.Tensor]:
-        if self.ref_model is None:  # LoRA: the adapter-off model is the starting checkpoint
+        if self.ref_policy is None:  # LoRA: the adapter-off model is the starting checkpoint
             with self.model.disable_adapter():
                 return score_steps(self.policy, steps, "prompt", self.cfg.micro_batch_tokens)
-        ref_policy = HFPolicy(self.ref_model, self.policy.tok, max_prompt_tokens=self.policy.max_prompt_tokens)
-        return score_steps(ref_policy, steps, "prompt", self.cfg.micro_batch_tokens)
+        return score_steps(self.ref_policy, steps, "prompt", self.cfg.micro_batch_tokens)
 
     def advantages(self, trajs: list[Trajectory], steps: list[StepTokens]) -> torch.Tensor:
         """(S,) advantage of each step: its trajectory's GRPO advantage, plus omega x GiGPO step advantage."""
@@ -279,10 +307,22 @@ class Trainer:
             return adv.gigpo_advantages(per_step, step_adv, self.cfg.gigpo_omega)
         raise ValueError(f"unknown rl.advantage {self.cfg.advantage!r}; valid: grpo, gigpo")
 
+    def _mini_batches(self, n_steps: int) -> int:
+        """Optimizer steps per PPO epoch, the same on every rank: a rank takes its share of `mini_batch_steps`."""
+        return distributed.all_max(-(-n_steps // self._rank_share()))
+
+    def _rank_share(self) -> int:
+        return -(-self.cfg.mini_batch_steps // distributed.world())
+
     def optimize(self, batch: Batch, index: int) -> tuple[dict[str, float], dict[int, DeltaStats]]:
         """PPO epochs over shuffled mini-batches of steps; token-mean losses accumulated over micro-batches.
-        Returns the loss metrics and, per step with a skill, its DeltaStats."""
+        Returns the loss metrics and, per step with a skill, its DeltaStats.
+
+        With several ranks, a mini-batch is every rank's share together: the token-mean divides by all ranks'
+        tokens, every rank runs as many micro-batches as the busiest (zero-weight passes where it has none left:
+        each FSDP pass is a collective), and a step is skipped on every rank if any rank saw a NaN/inf."""
         cfg = self.cfg
+        world = distributed.world()
         self.model.train()
         g = torch.Generator().manual_seed(cfg.seed * 7_919 + index)
         sums: dict[str, float] = {}
@@ -290,20 +330,25 @@ class Trainer:
         deltas: dict[int, DeltaStats] = {}
         tokens_seen = 0
         grad_norms, skipped = [], 0
+        share, n_minis = self._rank_share(), self._mini_batches(len(batch.steps))
         for _ in range(cfg.ppo_epochs):
             perm = torch.randperm(len(batch.steps), generator=g).tolist()
-            for s0 in range(0, len(perm), cfg.mini_batch_steps):
-                mini = sorted(perm[s0 : s0 + cfg.mini_batch_steps], key=lambda i: batch.steps[i].length)
-                n_tokens = sum(len(batch.steps[i].response_ids) for i in mini)
+            for m in range(n_minis):
+                mini = sorted(perm[m * share : (m + 1) * share], key=lambda i: batch.steps[i].length)
+                n_tokens = distributed.all_sum(sum(len(batch.steps[i].response_ids) for i in mini))
                 self.opt.zero_grad(set_to_none=True)
                 finite = True
-                for mb in micro_batches([batch.steps[i].length for i in mini], cfg.micro_batch_tokens):
-                    ids = [mini[j] for j in mb]
+                mbs = micro_batches([batch.steps[i].length for i in mini], cfg.micro_batch_tokens) if mini else []
+                for b in range(distributed.all_max(len(mbs))):
+                    idle = b >= len(mbs)  # this rank is out of micro-batches: a zero-weight pass over its first step
+                    ids = [0] if idle else [mini[j] for j in mbs[b]]
                     loss, stats, n, mb_deltas = self._micro_loss(batch, ids)
+                    # FSDP averages gradients over ranks; scaling by world makes them the global token-mean's
+                    (loss * (0.0 if idle else n / n_tokens * world)).backward()
                     if not torch.isfinite(loss):
                         finite = False
-                        break
-                    (loss * (n / n_tokens)).backward()
+                    if idle or not finite:
+                        continue
                     for k, v in stats.items():
                         if k.endswith("_max"):
                             maxima[k] = max(maxima.get(k, v), v)
@@ -312,8 +357,9 @@ class Trainer:
                     tokens_seen += n
                     for i, d in mb_deltas.items():
                         deltas.setdefault(i, d)  # pi_old is fixed: every pass over a step gives the same
+                finite = distributed.all_true(finite)
                 norm = (
-                    torch.nn.utils.clip_grad_norm_(self.trainable, cfg.grad_clip)
+                    distributed.full(torch.nn.utils.clip_grad_norm_(self.trainable, cfg.grad_clip))
                     if finite
                     else torch.tensor(float("nan"))
                 )
@@ -333,6 +379,7 @@ class Trainer:
                 grad_norms.append(float(norm))
                 self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+        sums, maxima, tokens_seen = _merge_ranks(sums, maxima, tokens_seen)
         out = {k: v / max(tokens_seen, 1) for k, v in sums.items()} | maxima
         out["train/grad_norm"] = _mean(grad_norms)
         out["train/skipped_steps"] = float(skipped)
@@ -445,3 +492,24 @@ def rollout_metrics(trajs: Sequence[Trajectory]) -> dict[str, float]:
 
 def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
+
+
+def _all_mean(total: float, count: int) -> float:
+    """Mean over every rank's items, from this rank's sum and count."""
+    count = distributed.all_sum(count)
+    return distributed.all_sum(total) / count if count else 0.0
+
+
+def _merge_ranks(sums: dict, maxima: dict, tokens: int) -> tuple[dict, dict, int]:
+    """Every rank's token-weighted metric sums, maxima and token count, merged (identity on one rank)."""
+    parts = distributed.gather((sums, maxima, tokens))
+    if len(parts) == 1:
+        return sums, maxima, tokens
+    merged_sums: dict[str, float] = {}
+    merged_max: dict[str, float] = {}
+    for s, m, _ in parts:
+        for k, v in s.items():
+            merged_sums[k] = merged_sums.get(k, 0.0) + v
+        for k, v in m.items():
+            merged_max[k] = max(merged_max.get(k, v), v)
+    return merged_sums, merged_max, sum(t for _, _, t in parts)

@@ -24,6 +24,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from seed_core import distributed
 from seed_core.policy import Generation
 from seed_core.policy.vision import IMAGE_MARK, VisionError, vision_inputs
 
@@ -123,6 +124,19 @@ def sequence_logprobs(
     return out
 
 
+class Scorer(torch.nn.Module):
+    """`sequence_logprobs` as a module: the one forward that every scoring and training pass goes through. Under FSDP2
+    it is the root unit, whose forward gathers what the blocks do not hold (embeddings, final norm, the head tied to
+    the embeddings) before the decoder and the chunked head use them (`distributed.shard`)."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, score_mask, pixels: dict | None = None) -> torch.Tensor:
+        return sequence_logprobs(self.model, input_ids, attention_mask, score_mask, pixels=pixels)
+
+
 class ChatEncoder:
     """User-message text -> chat-template token ids: the one encoder of every prompt that is sampled or scored, so the
     HF and vLLM backends and the re-scoring see identical prompt tokens."""
@@ -206,6 +220,8 @@ class HFPolicy(ChatEncoder):
     ):
         super().__init__(tokenizer, max_prompt_tokens, vision_inputs(model.config))
         self.model = model
+        self.scorer = Scorer(model)
+        self.sharded = False  # set by the Trainer of a rank that wraps `scorer` in FSDP2
         self.batch_size = batch_size
         self.score_tokens = score_tokens  # tokens per scoring micro-batch
         self.device = next(model.parameters()).device
@@ -320,19 +336,28 @@ class HFPolicy(ChatEncoder):
         responses: Sequence[Sequence[int]],
         max_tokens: int | None = None,
         images: Sequence | None = None,
+        pad: tuple | None = None,
     ) -> list[torch.Tensor]:
         """Per-token log-probs of each response after its prompt ids, in length-sorted micro-batches of at most
         `max_tokens` (default `score_tokens`) padded tokens; `images[i]` is prompt i's image (vision models).
-        Differentiable when called with grad enabled."""
+        Differentiable when called with grad enabled. Sharded, every rank runs as many forward passes as the
+        busiest one (each is a collective): the missing ones score `pad`, (prompt ids, response, image), and are
+        thrown away."""
         images = list(images) if images is not None else [None] * len(prompt_ids)
         lengths = [len(p) + len(r) for p, r in zip(prompt_ids, responses)]
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
         out: list[torch.Tensor | None] = [None] * len(lengths)
-        for mb in micro_batches([lengths[i] for i in order], max_tokens or self.score_tokens):
+        batches = micro_batches([lengths[i] for i in order], max_tokens or self.score_tokens)
+        passes = distributed.all_max(len(batches)) if self.sharded else len(batches)  # agreed before the first one
+        if passes > len(batches) and pad is None:
+            raise ValueError("a sharded policy scores in lockstep: pass `pad`, an item to score in idle passes")
+        for mb in batches:
             ids = [order[j] for j in mb]
             prompts, answers = [prompt_ids[i] for i in ids], [responses[i] for i in ids]
             for i, lp in zip(ids, self.score_batch(prompts, answers, [images[i] for i in ids])):
                 out[i] = lp
+        for _ in range(passes - len(batches)):
+            self.score_batch([pad[0]], [pad[1]], [pad[2]])
         return out  # type: ignore[return-value]
 
     def score_batch(
@@ -347,5 +372,5 @@ class HFPolicy(ChatEncoder):
         for b, (p, r) in enumerate(zip(prompts, responses)):
             score[b, len(p) : len(p) + len(r)] = True
         with self.autocast():
-            lp = sequence_logprobs(self.model, ids, attn, score, pixels=self.pixels(images or [None] * len(prompts)))
+            lp = self.scorer(ids, attn, score, self.pixels(images or [None] * len(prompts)))
         return [lp[b, len(p) : len(p) + len(r)] for b, (p, r) in enumerate(zip(prompts, responses))]

@@ -10,24 +10,34 @@ epochs extend a finished run and fewer stop at the run's own last epoch.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import functools
 import hashlib
 import json
 import random
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from statistics import fmean
 
 import torch
 import yaml
 from safetensors.torch import load_file, save_file
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
 
-from seed_core.config import Params, RLConfig
+from seed_core import distributed, launch
+from seed_core.config import Params, RLConfig, load_params
 from seed_core.envs import GameEntry, environment
 from seed_core.method.update import NonFiniteError, Trainer, method_spec
-from seed_core.models import ModelError, load_for
+from seed_core.models import ModelError, load_for, lora_config
 from seed_core.records import epoch_dir, epoch_dirs, epoch_of, publish_dir, storage_error, write_json, write_jsonl
 from seed_core.rollout import play, summarize
-from seed_core.runtime import seed_everything
+from seed_core.runtime import seed_everything, setup
 from seed_core.tracking import Tracker
 
 # rl.init -> the checkpoint RL starts from (the dvc.yaml outputs of train_analyzer, warmup and prepare).
@@ -40,7 +50,8 @@ INIT = {"analyzer": "models/analyzer", "warmup": "models/warmup", "base": "model
 def fingerprint(params: Params, init_dir: Path) -> dict:
     """What a resumed run must share with the run that wrote the checkpoints."""
     relevant = {k: dataclasses.asdict(getattr(params, k)) for k in ("model", "env", "rollout", "rl")}
-    relevant["rl"].pop("epochs")  # more epochs may be added to a finished run
+    for key in ("epochs", "launcher", "world_size"):  # more epochs may be added; any number of ranks may resume
+        relevant["rl"].pop(key)
     relevant = json.loads(json.dumps(relevant))  # as run.json stores it (tuples become lists)
     weights = sorted(init_dir.glob("*.safetensors"))
     if not weights:
@@ -66,26 +77,63 @@ def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
     return out
 
 
+def open_run_dir(params: Params, init_dir: Path, run_dir: Path) -> list[int]:
+    """Create or reopen a run folder (its run.json is the fingerprint); returns the epochs left to train. Refuses a
+    folder whose epochs were made under different parameters, naming what changed."""
+    fp, fp_path = fingerprint(params, init_dir), run_dir / "run.json"
+
+    def check_or_create() -> None:  # on rank 0 alone: the ranks must not race on the file
+        if fp_path.exists():
+            old = json.loads(fp_path.read_text())
+            if old != fp:
+                changes = "; ".join(_diff(old, fp)) or "the starting model changed"
+                raise ValueError(
+                    f"{run_dir} holds epochs of a run made under different parameters ({changes}); "
+                    f"delete {run_dir} to start over, or restore the parameters to resume"
+                )
+        else:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            write_json(fp_path, fp)
+
+    distributed.on_main(check_or_create)
+    return list(range(len(epoch_dirs(run_dir, params.rl.epochs)) + 1, params.rl.epochs + 1))
+
+
+def epoch_summary(run_dir: Path, epoch: int) -> dict:
+    """An epoch's last update and its validation, from its folder."""
+    m = json.loads((epoch_dir(run_dir, epoch) / "metrics.json").read_text())
+    return {"epoch": epoch, **(m["updates"][-1] if m["updates"] else {}), **m["validation"]}
+
+
 def save_epoch(
     trainer: Trainer, run_dir: Path, epoch: int, corpus: list[dict], updates: list[dict], validation: dict
 ) -> Path:
     """Publish one epoch's checkpoint, skill corpus and metrics as `epoch_NNN/` (`records.publish_dir`).
 
+    Every rank calls it: the trainable weights and the optimizer state are gathered whole to rank 0 (DCP's
+    state-dict API, keyed by parameter name, so any number of ranks can resume them), which writes the folder.
     A failure (non-finite weights, disk full, read-only folder) leaves no temp folder and every earlier epoch
-    as it was."""
+    as it was, and is raised on every rank."""
     final = epoch_dir(run_dir, epoch)
-    weights = {k: v.detach().cpu().contiguous() for k, v in trainer.model.named_parameters() if v.requires_grad}
+    weights = {
+        k: distributed.full(v).detach().cpu().contiguous()
+        for k, v in trainer.model.named_parameters()
+        if v.requires_grad
+    }
     if not all(torch.isfinite(v).all() for v in weights.values()):
         raise NonFiniteError("refusing to checkpoint non-finite weights")
-    opt_state, opt_meta = {}, {}
-    for i, st in trainer.opt.state_dict()["state"].items():
-        for k, v in st.items():
-            if torch.is_tensor(v) and v.dim() > 0:
-                opt_state[f"{i}.{k}"] = v.contiguous()
-            else:
-                opt_meta[f"{i}.{k}"] = float(v)
+    optim = get_optimizer_state_dict(
+        trainer.model, trainer.opt, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+    )
 
     def write(tmp: Path) -> None:
+        opt_state, opt_meta = {}, {}
+        for name, st in optim["state"].items():
+            for k, v in st.items():
+                if torch.is_tensor(v) and v.dim() > 0:
+                    opt_state[f"{name}.{k}"] = v.contiguous()
+                else:
+                    opt_meta[f"{name}.{k}"] = float(v)
         for name, tensors in (("trainable.safetensors", weights), ("optimizer.safetensors", opt_state)):
             try:
                 save_file(tensors, tmp / name)
@@ -95,46 +143,54 @@ def save_epoch(
                 raise storage_error(final / name, e) from e
         write_jsonl(tmp / "skills.jsonl", corpus)
         write_json(tmp / "metrics.json", {"updates": updates, "validation": validation})
-        state = {"epoch": epoch, "optimizer_scalars": opt_meta, "nonfinite_in_row": trainer.nonfinite_in_row}
+        state = {
+            "epoch": epoch,
+            "optimizer_scalars": opt_meta,
+            "optimizer_groups": optim["param_groups"],
+            "nonfinite_in_row": trainer.nonfinite_in_row,
+        }
         write_json(tmp / "state.json", state)
 
-    return publish_dir(final, write)
+    distributed.on_main(lambda: publish_dir(final, write))
+    return final
 
 
 def load_epoch(trainer: Trainer, epoch_dir: Path) -> None:
-    """Restore weights, optimizer state and counters from an epoch folder; an unreadable or incomplete one is a
-    ModelError saying to delete it, so a run never resumes from wrong weights."""
-    try:
-        weights = load_file(epoch_dir / "trainable.safetensors")
-        params = dict(trainer.model.named_parameters())
-        missing = sorted({k for k, p in params.items() if p.requires_grad} - set(weights))
-        unexpected = sorted(set(weights) - set(params))
-        if missing or unexpected:
-            raise KeyError(f"its tensors do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})")
-        state = json.loads((epoch_dir / "state.json").read_text())
-        tensors = load_file(epoch_dir / "optimizer.safetensors")
-        sd = trainer.opt.state_dict()
-        new_state: dict[int, dict] = {}
-        for key, v in tensors.items():
-            i, k = key.split(".", 1)
-            new_state.setdefault(int(i), {})[k] = v
-        for key, v in state["optimizer_scalars"].items():
-            i, k = key.split(".", 1)
-            new_state.setdefault(int(i), {})[k] = torch.tensor(v)
-        nonfinite = int(state["nonfinite_in_row"])
-    except Exception as e:  # SafetensorError, OSError, JSONDecodeError, KeyError, ...
-        n = epoch_of(epoch_dir) or 0
-        resume = f"resumes after epoch_{n - 1:03d}" if n > 1 else "starts again from the initial model"
-        raise ModelError(
-            f"checkpoint {epoch_dir} is unreadable ({type(e).__name__}: {e}); delete {epoch_dir} and re-run the rl "
-            f"stage (`dvc repro rl`): it {resume} and trains that epoch again"
-        ) from e
-    with torch.no_grad():
-        for k, v in weights.items():
-            params[k].copy_(v)
-    sd["state"] = new_state
-    trainer.opt.load_state_dict(sd)
-    trainer.nonfinite_in_row = nonfinite
+    """Restore weights, optimizer state and counters from an epoch folder: rank 0 reads it and every rank takes its
+    shard from rank 0's broadcast. An unreadable or incomplete folder is a ModelError on every rank saying to delete
+    it, so a run never resumes from wrong weights."""
+    trainable = {k for k, p in trainer.model.named_parameters() if p.requires_grad}
+
+    def read() -> tuple[dict, dict, int]:
+        try:
+            weights = load_file(epoch_dir / "trainable.safetensors")
+            missing, unexpected = sorted(trainable - set(weights)), sorted(set(weights) - trainable)
+            if missing or unexpected:
+                raise KeyError(
+                    f"its tensors do not match the model (missing {missing[:3]}, unexpected {unexpected[:3]})"
+                )
+            state = json.loads((epoch_dir / "state.json").read_text())
+            optim: dict[str, dict] = {}
+            for key, v in load_file(epoch_dir / "optimizer.safetensors").items():
+                name, k = key.rsplit(".", 1)
+                optim.setdefault(name, {})[k] = v
+            for key, v in state["optimizer_scalars"].items():
+                name, k = key.rsplit(".", 1)
+                optim.setdefault(name, {})[k] = torch.tensor(v)
+            return weights, {"state": optim, "param_groups": state["optimizer_groups"]}, int(state["nonfinite_in_row"])
+        except Exception as e:  # SafetensorError, OSError, JSONDecodeError, KeyError, ...
+            n = epoch_of(epoch_dir) or 0
+            resume = f"resumes after epoch_{n - 1:03d}" if n > 1 else "starts again from the initial model"
+            raise ModelError(
+                f"checkpoint {epoch_dir} is unreadable ({type(e).__name__}: {e}); delete {epoch_dir} and re-run the rl "
+                f"stage (`dvc repro rl`): it {resume} and trains that epoch again"
+            ) from e
+
+    weights, optim, nonfinite = distributed.on_main(read) or ({}, {}, 0)
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=distributed.world() > 1, strict=False)
+    set_model_state_dict(trainer.model, weights, options=options)
+    set_optimizer_state_dict(trainer.model, trainer.opt, optim, options=options)
+    trainer.nonfinite_in_row = distributed.broadcast(nonfinite)
 
 
 def games_for_update(train: list[GameEntry], cfg: RLConfig, index: int) -> list[GameEntry]:
@@ -146,29 +202,22 @@ def games_for_update(train: list[GameEntry], cfg: RLConfig, index: int) -> list[
 class RLRun:
     """The `rl` stage as epochs: `pending()` lists the epochs left, `run_epoch(e)` trains and checkpoints one,
     `finish()` writes the final model and metrics. A killed run resumes after its last complete epoch, and
-    refuses to resume checkpoints made under different parameters."""
+    refuses to resume checkpoints made under different parameters.
+
+    With several ranks (`rl.launcher: torchrun`) every rank builds its own RLRun (its shard of the learner, its
+    sampler and game pool); only rank 0 logs, tracks and writes, and the launching process calls `write_outputs`."""
 
     def __init__(self, params: Params, init_dir: Path, manifest_dir: Path, run_dir: Path, log=print):
         cfg = self.cfg = params.rl
         method_spec(cfg.method)
-        self.params, self.run_dir, self.log = params, run_dir, log
+        self.params, self.run_dir, self.init_dir = params, run_dir, init_dir
+        self.log = log if distributed.is_main() else (lambda _msg: None)
         env = environment(params)
         self.train = env.read_manifest(manifest_dir / "train.json")
         self.panel = env.read_manifest(manifest_dir / "valid_seen.json")[: cfg.validation_games]
         fixed = yaml.safe_load(Path(cfg.sdar_skills).read_text()) if cfg.method == "sdar" else None
 
-        run_dir.mkdir(parents=True, exist_ok=True)
-        fp, fp_path = fingerprint(params, init_dir), run_dir / "run.json"
-        if fp_path.exists():
-            old = json.loads(fp_path.read_text())
-            if old != fp:
-                changes = "; ".join(_diff(old, fp)) or "the starting model changed"
-                raise ValueError(
-                    f"{run_dir} holds epochs of a run made under different parameters ({changes}); "
-                    f"delete {run_dir} to start over, or restore the parameters to resume"
-                )
-        else:
-            write_json(fp_path, fp)
+        open_run_dir(params, init_dir, run_dir)
 
         seed_everything(cfg.seed)
         model, self.tok = load_for(init_dir, params.model, full_finetune=cfg.lora_r is None)
@@ -177,10 +226,10 @@ class RLRun:
         if done:
             load_epoch(self.trainer, done[-1])
             self.trainer.sync_sampler()
-            log(f"resuming after {done[-1].name}")
+            self.log(f"resuming after {done[-1].name}")
         self.done = len(done)
         self.pool = env.open_pool(params.env.workers)
-        self.tracker = Tracker("rl", dataclasses.asdict(params))
+        self.tracker = Tracker("rl", dataclasses.asdict(params), enabled=distributed.is_main())
 
     def pending(self) -> list[int]:
         return list(range(self.done + 1, self.cfg.epochs + 1))
@@ -209,7 +258,7 @@ class RLRun:
             val = play(
                 trainer.sampler,
                 self.pool,
-                self.panel,
+                self.panel[distributed.rank() :: distributed.world()],
                 group_size=1,
                 env=self.params.env,
                 gen=dataclasses.replace(self.params.rollout, temperature=0.0),
@@ -217,7 +266,7 @@ class RLRun:
                 tag=f"rl/val/e{epoch}",
                 progress=False,
             )
-            m = summarize(val)
+            m = summarize([t for part in distributed.gather(val) for t in part])
             validation = {"val/success_rate": m["success/micro"], "val/invalid_rate": m["invalid_rate"]}
             self.tracker.log(validation, step=epoch * cfg.updates_per_epoch - 1)
         save_epoch(trainer, self.run_dir, epoch, corpus, updates, validation)
@@ -228,51 +277,103 @@ class RLRun:
     def spec_uses_skills(self) -> bool:
         return self.trainer.spec.skills != "none"
 
-    def finish(self, final_dir: Path, metrics_path: Path, plots_path: Path) -> dict:
-        """The final model (adapters merged into plain weights) and the run's metrics files."""
+    def close(self) -> None:
         self.pool.close()
         self.tracker.finish()
         self.trainer.close()
-        model = self.trainer.model
-        final = model.merge_and_unload() if self.cfg.lora_r is not None else model
 
-        def write(tmp: Path) -> None:
-            final.save_pretrained(tmp, safe_serialization=True)
-            self.tok.save_pretrained(tmp)
-
-        publish_dir(final_dir, write)
-
-        updates, vals = [], []
-        for ep in epoch_dirs(self.run_dir, self.cfg.epochs):
-            m = json.loads((ep / "metrics.json").read_text())
-            updates += m["updates"]
-            vals.append({"epoch": epoch_of(ep), **m["validation"]})
-        write_json(plots_path, updates)
-        keys = sorted({k for u in updates for k in u if k.startswith(("opd/", "skills/"))})
-        summary = {
-            "method": self.cfg.method,
-            "advantage": self.cfg.advantage,
-            "updates": len(updates),
-            "last_update": {k: v for k, v in updates[-1].items() if k != "update"} if updates else {},
-            "mean_over_updates": {k: fmean(u[k] for u in updates if k in u) for k in keys},
-            "validation": vals,
-        }
-        write_json(metrics_path, summary)
-        return summary
+    def finish(self, final_dir: Path, metrics_path: Path, plots_path: Path) -> dict:
+        """Close the run, then write the final model and the metrics files from its epoch folders."""
+        self.close()
+        return write_outputs(self.params, self.init_dir, self.run_dir, final_dir, metrics_path, plots_path)
 
 
-def run_rl(
-    params: Params,
-    init_dir: Path,
-    manifest_dir: Path,
-    run_dir: Path,
-    final_dir: Path,
-    metrics_path: Path,
-    plots_path: Path,
-    log=print,
+def write_outputs(
+    params: Params, init_dir: Path, run_dir: Path, final_dir: Path, metrics_path: Path, plots_path: Path
 ) -> dict:
-    """Every pending epoch, then the final outputs (the Prefect flow does the same with one task per epoch)."""
-    run = RLRun(params, init_dir, manifest_dir, run_dir, log)
-    for epoch in run.pending():
-        run.run_epoch(epoch)
-    return run.finish(final_dir, metrics_path, plots_path)
+    """The final model (the last epoch's weights, adapters merged into plain weights) and the run's metrics files,
+    from the epoch folders alone: the same whether one process or several ranks trained them."""
+    cfg = params.rl
+    epochs = epoch_dirs(run_dir, cfg.epochs)
+    if not epochs:
+        raise ModelError(f"{run_dir} holds no complete epoch; run the rl stage (`dvc repro rl`)")
+    model, tok = load_for(init_dir, params.model, full_finetune=cfg.lora_r is None)
+    if cfg.lora_r is not None:
+        from peft import get_peft_model
+
+        model = get_peft_model(model, lora_config(model, cfg.lora_r, cfg.lora_alpha, params.vision.trainable))
+    weights = load_file(epochs[-1] / "trainable.safetensors")
+    missing = [k for k in weights if k not in dict(model.named_parameters())]
+    if missing:
+        raise ModelError(f"{epochs[-1]} does not match the model ({missing[:3]}); delete {run_dir} and re-run rl")
+    model.load_state_dict(weights, strict=False)
+    final = model.merge_and_unload() if cfg.lora_r is not None else model
+
+    def write(tmp: Path) -> None:
+        final.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+
+    publish_dir(final_dir, write)
+
+    updates, vals = [], []
+    for ep in epochs:
+        m = json.loads((ep / "metrics.json").read_text())
+        updates += m["updates"]
+        vals.append({"epoch": epoch_of(ep), **m["validation"]})
+    write_json(plots_path, updates)
+    keys = sorted({k for u in updates for k in u if k.startswith(("opd/", "skills/"))})
+    summary = {
+        "method": cfg.method,
+        "advantage": cfg.advantage,
+        "updates": len(updates),
+        "last_update": {k: v for k, v in updates[-1].items() if k != "update"} if updates else {},
+        "mean_over_updates": {k: fmean(u[k] for u in updates if k in u) for k in keys},
+        "validation": vals,
+    }
+    write_json(metrics_path, summary)
+    return summary
+
+
+def train(
+    params: Params, params_path: Path, init_dir: Path, manifest_dir: Path, run_dir: Path, log=print
+) -> Iterator[tuple[int, Callable[[], dict]]]:
+    """The pending epochs as (epoch, train_it): calling train_it() trains the epoch (`launcher: local`), or waits for
+    the rank processes to publish it (`torchrun`), and returns its summary. The Prefect flow runs each call as a task
+    run; `write_outputs` comes after the last."""
+    if params.rl.launcher == "local":
+        run = RLRun(params, init_dir, manifest_dir, run_dir, log)
+        try:
+            for epoch in run.pending():
+                yield epoch, functools.partial(run.run_epoch, epoch)
+        finally:
+            run.close()
+        return
+    pending = open_run_dir(params, init_dir, run_dir)  # refuses a mismatched folder before any rank starts
+    command = launch.torchrun_command(params.rl.world_size, params_path, init_dir, manifest_dir, run_dir)
+    log(f"starting {params.rl.world_size} ranks: {' '.join(command)}")
+    for epoch in launch.run_ranks(command, run_dir, pending, log):
+        yield epoch, functools.partial(epoch_summary, run_dir, epoch)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One rank of `rl.launcher: torchrun`: every pending epoch, in step with the other ranks."""
+    ap = argparse.ArgumentParser(description=main.__doc__ + " Started by torchrun (see seed_core.launch), not by hand.")
+    ap.add_argument("--params", type=Path, required=True)
+    ap.add_argument("--init", type=Path, required=True, help="the checkpoint RL starts from")
+    ap.add_argument("--manifest-dir", type=Path, required=True)
+    ap.add_argument("--run-dir", type=Path, required=True)
+    args = ap.parse_args(argv)
+    params = load_params(args.params)
+    setup(offline=params.model.offline)
+    distributed.init()
+    try:
+        run = RLRun(params, args.init, args.manifest_dir, args.run_dir)
+        for epoch in run.pending():
+            run.run_epoch(epoch)
+        run.close()
+    finally:
+        distributed.close()
+
+
+if __name__ == "__main__":
+    main()
