@@ -8,7 +8,11 @@ shape (16 games x 8 rollouts, step prompts and responses of the paper's lengths)
 - the share of weights the full-fine-tuning update changed (fp32 master weights keep lr 1e-6 steps; bf16
   weights would round most of them away), measured on the same update applied to a bf16 copy too;
 - scoring (re-scoring pass) and HF generation tokens/s;
-- peak GPU memory of each phase, and that every model is on the GPU.
+- peak GPU memory of each phase, and that every model is on the GPU;
+- the scale-out path: a process group (NCCL on the GPU, gloo on the CPU) of one rank and the same full-fine-tuning
+  update with the learner under FSDP2 (bf16 compute over fp32 master weights), against the unwrapped update above
+  (largest weight difference, share of weights changed, peak memory), and a checkpoint round trip through the RL
+  stage's own `save_epoch` / `load_epoch` (gathered full state dicts).
 `--tiny` runs the same code path on a small config (a CPU check that the script works).
 """
 
@@ -113,6 +117,68 @@ def update(cfg, tok, params, trajs, skills, device: str, dtype) -> tuple[dict, T
     return out, trainer
 
 
+def gathered(trainer: Trainer) -> dict[str, torch.Tensor]:
+    """The trainable weights, whole and on the CPU (gathered from the ranks' shards under FSDP2)."""
+    from seed_core import distributed
+
+    return {
+        k: distributed.full(p).detach().cpu().clone() for k, p in trainer.model.named_parameters() if p.requires_grad
+    }
+
+
+def fsdp_update(cfg, params, tok, trajs, skills, device: str, reference: dict[str, torch.Tensor]) -> dict:
+    """The full-fine-tuning update again, on one FSDP2 rank, compared with `reference` (the unwrapped update's
+    weights); then a checkpoint round trip."""
+    import socket
+    import tempfile
+
+    from transformers import AutoModelForCausalLM
+
+    from seed_core import distributed
+    from seed_core.stages.rl import load_epoch, save_epoch
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+    distributed.init(timeout_s=300)
+    try:
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).to(device).eval()
+        trainer = Trainer(model, tok, params)  # a rank: the learner is sharded
+        initial = gathered(trainer)
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        metrics, _ = trainer.learn(trajs, 0, skills=skills)
+        seconds = time.perf_counter() - t0
+        peak = peak_mb(device)
+        weights = gathered(trainer)
+        diff = max(float((weights[k] - reference[k]).abs().max()) for k in reference)
+        with tempfile.TemporaryDirectory() as tmp:
+            save_epoch(trainer, Path(tmp), 1, [], [], {})
+            torch.manual_seed(1)  # other weights, so the load has to restore them
+            again = Trainer(AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).to(device).eval(), tok, params)
+            load_epoch(again, Path(tmp) / "epoch_001")
+            loaded = gathered(again)
+            opt_entries = len(again.opt.state)
+        return {
+            "backend": "nccl" if device == "cuda" else "gloo",
+            "seconds": round(seconds, 1),
+            "peak_gpu_mb": round(peak),
+            "max_abs_diff_vs_unwrapped": diff,
+            "weights_changed_fraction": round(
+                sum(int((weights[k] != initial[k]).sum()) for k in initial) / sum(v.numel() for v in initial.values()),
+                4,
+            ),
+            "skipped_steps": metrics["train/skipped_steps"],
+            "checkpoint_round_trip_equal": all(torch.equal(weights[k], loaded[k]) for k in weights),
+            "checkpoint_optimizer_states": opt_entries,
+        }
+    finally:
+        distributed.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tiny", action="store_true", help="a small config and batch (a CPU check of the script)")
@@ -156,7 +222,12 @@ def main() -> None:
     t0 = time.perf_counter()
     gens = policy.generate(prompts, temperature=1.0, max_new_tokens=args.response_tokens, seed=0)
     result["generate_tokens_per_s"] = round(sum(len(g.token_ids) for g in gens) / (time.perf_counter() - t0), 1)
+    reference = gathered(trainer)
     del trainer, policy
+    if device == "cuda":
+        torch.cuda.empty_cache()
+    result["fsdp2_full_ft"] = fsdp_update(cfg, full, tok, trajs, skills, device, reference)
+    del reference
     result["full_ft_bf16_weights"], trainer = update(cfg, tok, full, trajs, skills, device, half)
     del trainer
 

@@ -2,7 +2,9 @@
 
 Each parameter set trains in its own folder under --runs-dir (named by a hash of the parameters that shape
 the run), so a killed `dvc repro` resumes after the last complete epoch, and `dvc exp run -S rl.method=...`
-starts a fresh run instead of clobbering another one.
+starts a fresh run instead of clobbering another one. With `rl.launcher: torchrun` the flow starts
+`rl.world_size` rank processes, streams their log, and records one task run per epoch as each epoch folder
+appears; the ranks never import Prefect.
 """
 
 from __future__ import annotations

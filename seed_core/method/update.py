@@ -152,7 +152,7 @@ class Trainer:
             self.sampler = VLLMPolicy.from_params(sampler_dir, self.policy, params, self.cfg.seed, new_tokens)
         # TIS corrects another backend's log-probs; a rank's HF copy (below) holds the learner's own weights
         self.tis = self.cfg.tis == "on" or (self.cfg.tis == "auto" and self.sampler is not self.policy)
-        if distributed.world() > 1:
+        if distributed.active():  # a rank (of torchrun, even alone): the learner is sharded
             if self.sampler is self.policy:  # generation is no collective: a rank samples from its own full copy
                 self.sampler = HFPolicy(
                     copy.deepcopy(model), tokenizer, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens

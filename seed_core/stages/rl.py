@@ -16,6 +16,7 @@ import functools
 import hashlib
 import json
 import random
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from statistics import fmean
@@ -96,6 +97,14 @@ def open_run_dir(params: Params, init_dir: Path, run_dir: Path) -> list[int]:
             write_json(fp_path, fp)
 
     distributed.on_main(check_or_create)
+    # Every rank reads the starting model and writes nothing but through rank 0: all must see the same folders.
+    seen = distributed.gather((socket.gethostname(), fp_path.exists() and init_dir.exists()))
+    blind = [f"rank {r} on {host}" for r, (host, ok) in enumerate(seen) if not ok]
+    if blind:
+        raise ModelError(
+            f"{', '.join(blind)} cannot see {run_dir} or {init_dir}: runs/ and models/ must be on a filesystem every "
+            "node sees (NFS, Lustre, ...), at the same path"
+        )
     return list(range(len(epoch_dirs(run_dir, params.rl.epochs)) + 1, params.rl.epochs + 1))
 
 
@@ -349,6 +358,8 @@ def train(
             run.close()
         return
     pending = open_run_dir(params, init_dir, run_dir)  # refuses a mismatched folder before any rank starts
+    if not pending:
+        return
     command = launch.torchrun_command(params.rl.world_size, params_path, init_dir, manifest_dir, run_dir)
     log(f"starting {params.rl.world_size} ranks: {' '.join(command)}")
     for epoch in launch.run_ranks(command, run_dir, pending, log):
@@ -357,17 +368,22 @@ def train(
 
 def main(argv: list[str] | None = None) -> None:
     """One rank of `rl.launcher: torchrun`: every pending epoch, in step with the other ranks."""
-    ap = argparse.ArgumentParser(description=main.__doc__ + " Started by torchrun (see seed_core.launch), not by hand.")
-    ap.add_argument("--params", type=Path, required=True)
-    ap.add_argument("--init", type=Path, required=True, help="the checkpoint RL starts from")
-    ap.add_argument("--manifest-dir", type=Path, required=True)
-    ap.add_argument("--run-dir", type=Path, required=True)
+    ap = argparse.ArgumentParser(
+        description=main.__doc__
+        + " Start it under torchrun: the rl stage does (see seed_core.launch); for several nodes, run torchrun on each (README)."
+    )
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--init", type=Path, help="the checkpoint RL starts from (default: the one rl.init names)")
+    ap.add_argument("--manifest-dir", type=Path, default=Path("data/manifests"))
+    ap.add_argument("--run-dir", type=Path, help="the run folder (default: runs/rl/<the run folder of these params>)")
     args = ap.parse_args(argv)
     params = load_params(args.params)
     setup(offline=params.model.offline)
+    init = args.init or Path(INIT[params.rl.init])
+    run_dir = args.run_dir or Path("runs/rl") / run_folder_name(params, init)
     distributed.init()
     try:
-        run = RLRun(params, args.init, args.manifest_dir, args.run_dir)
+        run = RLRun(params, init, args.manifest_dir, run_dir)
         for epoch in run.pending():
             run.run_epoch(epoch)
         run.close()

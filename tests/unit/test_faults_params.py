@@ -36,6 +36,21 @@ CASES = {
         {"rl": {"advantage": "gae"}},
         ["`rl.advantage` must be one of ['grpo', 'gigpo'], got 'gae'"],
     ),
+    "ranks-without-launcher": (
+        "rl",
+        {"rl": {"world_size": 2}},
+        ["`rl.world_size` is 2, but rl.launcher local trains in one process; set rl.launcher: torchrun"],
+    ),
+    "more-ranks-than-games": (
+        "rl",
+        {"rl": {"launcher": "torchrun", "world_size": 4, "games_per_update": 2}},
+        ["`rl.world_size` is 4, more than rl.games_per_update (2)", "raise rl.games_per_update or lower rl.world_size"],
+    ),
+    "unknown-launcher": (
+        "rl",
+        {"rl": {"launcher": "slurm"}},
+        ["`rl.launcher` must be one of ['local', 'torchrun'], got 'slurm'"],
+    ),
     "missing-model-path": (
         "prepare",
         {"model": {"name_or_path": "{tmp}/no-such-model"}},

@@ -20,3 +20,9 @@ def test_gpu_check_tiny_runs_the_update_and_shows_why_full_finetuning_keeps_fp32
     assert full["weights_changed_fraction"] > 0.9 > 0.5 > bf16["weights_changed_fraction"]
     # LoRA: B starts at 0, so only B moves in the first step (A's gradient is B^T-weighted: zero)
     assert lora["weights_changed_fraction"] == 0.5
+    # the scale-out path: one FSDP2 rank (gloo here, NCCL on the GPU) takes the same step as the unwrapped update
+    fsdp = out["fsdp2_full_ft"]
+    assert fsdp["backend"] == "gloo" and fsdp["skipped_steps"] == 0.0
+    assert fsdp["weights_changed_fraction"] == full["weights_changed_fraction"]
+    assert fsdp["max_abs_diff_vs_unwrapped"] < 1e-7  # a tenth of the lr-1e-6 step
+    assert fsdp["checkpoint_round_trip_equal"] and fsdp["checkpoint_optimizer_states"] > 0
