@@ -61,6 +61,9 @@ def main(case: str, data: Path, out: Path) -> None:
             save_epoch(trainer, out.parent / "run", 1, corpus, [report["metrics"]], {})
     weights = {k: distributed.full(v).detach().cpu().contiguous() for k, v in trainer.model.named_parameters()
                if v.requires_grad}  # fmt: skip
+    if trainer.sampler is not trainer.policy:  # a rank's own HF copy must serve the learner's weights
+        served = dict(trainer.sampler.model.named_parameters())
+        report["sampler_max_diff"] = max(float((served[k] - v).abs().max()) for k, v in weights.items())
     out.mkdir(parents=True, exist_ok=True)
     if distributed.is_main():
         save_file(weights, out / "weights.safetensors")

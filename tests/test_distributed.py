@@ -123,6 +123,7 @@ def test_two_rank_update_equals_one_rank_with_uneven_micro_batches(trajs, tiny_m
     for key in ("loss/pg", "loss/opd", "loss/kl", "opd/gate_mean", "train/grad_norm"):
         assert two[0]["metrics"][key] == pytest.approx(one["metrics"][key], rel=1e-4, abs=1e-7), key
     assert two[0]["corpus"] == two[1]["corpus"] == one["corpus"] == len(trajs)  # every rank holds the whole corpus
+    assert [r["sampler_max_diff"] for r in (one, *two)] == [0.0, 0.0, 0.0]  # each rank's sampler was synced
 
 
 @pytest.mark.fault("numeric")
