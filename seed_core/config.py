@@ -98,6 +98,12 @@ class EnvConfig:
     """Subtracted for every step whose response is badly formatted (paper: 0.1)."""
     workers: int = 2
     """Environment worker processes; 0 steps every game in the main process."""
+    hosts: Literal["local", "ray"] = "local"
+    """Where ALFWorld's workers run: `local` processes, or `ray` actors on a Ray cluster (only where environment CPU
+    outgrows the GPU nodes; same transcripts). The games must sit at the same path on every node."""
+    ray_address: str | None = None
+    """With `hosts: ray`, the cluster to join (`auto`, or what `ray start --head` printed); null starts a private
+    local cluster."""
     observation: Literal["text", "image", "both"] = "text"
     """What the agent sees of a Sokoban room: the grid as `text`, its 16-px-per-tile rendering as an `image`
     (a vision-language model; verl-agent's visual Sokoban), or `both`. Steps store the grid text either way; the
@@ -120,6 +126,12 @@ class EnvConfig:
         _check(self.history_length >= 0, "env.history_length", f"must be >= 0, got {self.history_length}")
         _check(self.invalid_penalty >= 0, "env.invalid_penalty", "must be >= 0 (it is subtracted)")
         _check(self.workers >= 0, "env.workers", f"must be >= 0, got {self.workers}")
+        _check(
+            self.hosts == "local" or (self.name == "alfworld" and self.workers >= 1),
+            "env.hosts",
+            f"is ray, which hosts ALFWorld's workers (env.workers >= 1); got env.name {self.name!r} with "
+            f"env.workers {self.workers}",
+        )
 
 
 @dataclass(frozen=True)

@@ -115,7 +115,7 @@ def environment(params: Params) -> Environment:
     if name == "alfworld":
         from seed_core.envs.alfworld import Alfworld
 
-        return Alfworld(params.data.alfworld_data)
+        return Alfworld(params.data.alfworld_data, params.env.hosts, params.env.ray_address)
     if name == "sokoban":
         from seed_core.envs.sokoban.env import Sokoban
 

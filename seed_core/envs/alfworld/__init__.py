@@ -13,10 +13,11 @@ class Alfworld:
 
     name = "alfworld"
 
-    def __init__(self, configured_root: str | None = None):
+    def __init__(self, configured_root: str | None = None, hosts: str = "local", ray_address: str | None = None):
         from seed_core.envs.alfworld.data import data_root
 
         self.root = data_root(configured_root)
+        self.hosts, self.ray_address = hosts, ray_address  # where `open_pool`'s workers run (`env.hosts`)
         self._facts_oracle = None  # reads each game file once for `key_names`
 
     def write_manifests(self, cfg, manifest_dir: Path) -> dict[str, int]:
@@ -48,9 +49,9 @@ class Alfworld:
         return read_manifest(Path(path), self.root)
 
     def open_pool(self, workers: int):
-        from seed_core.envs.alfworld.env import EnvPool
+        from seed_core.envs.alfworld.env import EnvPool, RayEnvPool
 
-        return EnvPool(self.root, workers)
+        return RayEnvPool(self.root, workers, self.ray_address) if self.hosts == "ray" else EnvPool(self.root, workers)
 
     def expert_examples(self, entries: list[GameEntry], env, progress: bool = True) -> list[dict]:
         from seed_core.envs.alfworld.expert import expert_examples

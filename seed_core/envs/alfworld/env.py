@@ -176,3 +176,38 @@ class EnvPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class RayEnvPool(EnvPool):
+    """`EnvPool` whose workers are Ray actors, for when environment CPU outgrows the GPU nodes: slot i lives in actor
+    i % workers (one CPU each), which holds its games as an in-process pool does, so transcripts are EnvPool's. An
+    actor runs its calls in the order sent, as a worker process does."""
+
+    def __init__(self, data_root: Path, workers: int, address: str | None = None):
+        import ray
+
+        self.data_root, self.workers, self.game_ids = Path(data_root), workers, []
+        if not ray.is_initialized():  # a private local cluster when no address is given
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        host = ray.remote(num_cpus=1)(_Games).options(runtime_env={"env_vars": {"ALFWORLD_DATA": str(self.data_root)}})
+        self._hosts = [host.remote(self.data_root) for _ in range(workers)]
+
+    def _call(self, requests: dict[int, tuple[str, Any]]) -> dict[int, Any]:
+        import ray
+
+        refs = {
+            slot: getattr(self._hosts[slot % self.workers], cmd).remote(slot, arg)
+            for slot, (cmd, arg) in requests.items()
+        }
+        try:
+            return dict(zip(refs, ray.get(list(refs.values()))))
+        except ray.exceptions.RayError as e:
+            raise RuntimeError(f"environment host (Ray actor) failed: {e}") from e
+
+    def close(self) -> None:
+        import ray
+
+        ray.get([h.close.remote() for h in self._hosts])
+        for h in self._hosts:
+            ray.kill(h)
+        self._hosts = []
