@@ -81,7 +81,9 @@ def flow_run_states(url: str, since: float) -> dict[str, list[str]]:
 def test_pipeline_deployment_end_to_end(tmp_path, alfworld_root, prefect_server):
     work = tmp_path / "repo"
     env = make_env(ALFWORLD_DATA=str(alfworld_root))
-    copy_repo(work, merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY), env)
+    # the RL stage as 2 ranks under torchrun (FSDP2 over gloo, a vLLM engine per rank), started by its flow
+    ranks = {"rl": {"launcher": "torchrun", "world_size": 2, "games_per_update": 2}}
+    copy_repo(work, merge(merge(yaml.safe_load((REPO / "params.yaml").read_text()), TINY), ranks), env)
 
     started = time.time()
     with serving(work, prefect_server, env) as log:
