@@ -438,12 +438,17 @@ class RLConfig:
     correcting for the sampler's log-probs differing from the trainer's; `auto` is on with `rollout.backend: vllm`."""
     tis_cap: float = 2.0
     """C of truncated importance sampling: the largest weight a token gets."""
-    launcher: Literal["local", "torchrun"] = "local"
-    """`local`: the stage's own process trains; `torchrun`: `world_size` rank processes on this node (FSDP2; gloo on
+    launcher: Literal["local", "torchrun", "ray"] = "local"
+    """`local`: the stage's own process trains; `torchrun`: `world_size` rank processes on this node; `ray`:
+    `world_size` Ray Train workers on the cluster at `ray_address` (any number of nodes). Ranks run FSDP2 (gloo on
     the CPU, NCCL on GPUs), started and watched by the stage. Left out of the run's identity: a run resumes on any
     number of ranks."""
     world_size: int = 1
-    """Ranks with `launcher: torchrun` (one per GPU); rank r plays games r, r + world_size, ... of every update."""
+    """Ranks (one per GPU) with `launcher: torchrun` or `ray`; rank r plays games r, r + world_size, ... of every
+    update."""
+    ray_address: str | None = None
+    """With `launcher: ray`, the cluster to run on (`auto`, or what `ray start --head` printed); null starts a private
+    local cluster. runs/ and models/ must be on a filesystem every node sees."""
 
     def __post_init__(self) -> None:
         for k in ("epochs", "updates_per_epoch", "games_per_update", "group_size", "ppo_epochs", "mini_batch_steps"):
@@ -461,7 +466,7 @@ class RLConfig:
         _check(
             self.launcher != "local" or self.world_size == 1,
             "rl.world_size",
-            f"is {self.world_size}, but rl.launcher local trains in one process; set rl.launcher: torchrun",
+            f"is {self.world_size}, but rl.launcher local trains in one process; set rl.launcher: torchrun or ray",
         )
         _check(
             self.world_size <= self.games_per_update,

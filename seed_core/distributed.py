@@ -44,9 +44,12 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def init(timeout_s: float = 600.0) -> None:
-    """Join the process group described by torchrun's environment (NCCL on CUDA, else gloo). `timeout_s` bounds
-    every collective, so a rank that died mid-update stops the others instead of hanging them."""
+def init(timeout_s: float = 600.0) -> bool:
+    """Join the process group described by torchrun's environment (NCCL on CUDA, else gloo); returns whether it was
+    made here (Ray Train makes its own before the rank program starts). `timeout_s` bounds every collective, so a
+    rank that died mid-update stops the others instead of hanging them."""
+    if active():
+        return False
     missing = [k for k in RANK_ENV if k not in os.environ]
     if missing:
         raise RuntimeError(
@@ -57,6 +60,7 @@ def init(timeout_s: float = 600.0) -> None:
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s))
+    return True
 
 
 def close() -> None:

@@ -1,10 +1,11 @@
-"""Launch and watch the RL stage's ranks (`rl.launcher: torchrun`).
+"""Launch and watch the RL stage's ranks (`rl.launcher: torchrun | ray`).
 
 The launching process (the Prefect `rl` flow, or `seed_core.stages.rl.train`) starts `rl.world_size` rank processes
-on this node with torchrun, streams their output into its own log, and reports each epoch as its folder is published
-(folders appear atomically, so a folder that exists is complete). Ranks never import Prefect. torchrun stops every
-rank as soon as one dies, and the launcher then raises a RankError naming the rank and its exit code; the next run
-resumes after the last complete epoch, on any number of ranks.
+(torchrun on this node, or Ray Train workers on a Ray cluster), and reports each epoch as its folder is published
+(folders appear atomically, so a folder that exists is complete); torchrun's output is streamed into its own log,
+Ray's reaches the driver's. Ranks never import Prefect. When a rank dies the others are stopped and the launcher
+raises a RankError (with torchrun, naming the rank and its exit code); the next run resumes after the last complete
+epoch, on any number of ranks.
 """
 
 from __future__ import annotations
@@ -27,13 +28,74 @@ class RankError(RuntimeError):
     """A rank process failed (an error, or killed); the run stopped after its last complete epoch."""
 
 
-def torchrun_command(world_size: int, params: Path, init_dir: Path, manifest_dir: Path, run_dir: Path) -> list[str]:
-    """torchrun on this node (a free port of its own, no restarts: a failed rank stops the run) over the rank program."""
+def torchrun_command(world_size: int, argv: list[str]) -> list[str]:
+    """torchrun on this node (a free port of its own, no restarts: a failed rank stops the run) over the rank program
+    (`seed_core.stages.rl` with `argv`)."""
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}",
-        "--max-restarts=0", "-m", "seed_core.stages.rl", "--params", str(params), "--init", str(init_dir),
-        "--manifest-dir", str(manifest_dir), "--run-dir", str(run_dir),
+        "--max-restarts=0", "-m", "seed_core.stages.rl", *argv,
     ]  # fmt: skip
+
+
+def _ray_rank(config: dict) -> None:
+    """One Ray Train worker: the rank program, in the launching process's folder (Ray Train made the process group)."""
+    from seed_core.stages.rl import main
+
+    os.chdir(config["cwd"])
+    main(config["argv"])
+
+
+def ray_ranks(argv: list[str], params, run_dir: Path, pending: list[int], log: Callable[[str], None] = print,
+              poll_s: float = 1.0) -> Iterator[int]:  # fmt: skip
+    """The rank program on `rl.world_size` Ray Train workers (`TorchTrainer`, one GPU each when the model runs on
+    CUDA) of the cluster at `rl.ray_address` (null: a private local cluster); yields each epoch of `pending` once its
+    folder is published. A failed worker raises RankError; Ray Train retries nothing (the next run resumes)."""
+    import ray
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    from seed_core.models import resolve_device
+
+    if not ray.is_initialized():
+        ray.init(address=params.rl.ray_address, include_dashboard=False, log_to_driver=True)
+    trainer = TorchTrainer(
+        _ray_rank,
+        train_loop_config={"cwd": os.getcwd(), "argv": argv},
+        scaling_config=ScalingConfig(
+            num_workers=params.rl.world_size, use_gpu=resolve_device(params.model.device) == "cuda"
+        ),
+        run_config=RunConfig(
+            name=run_dir.name,
+            storage_path=str((run_dir / "ray").resolve()),
+            failure_config=FailureConfig(max_failures=0),
+        ),
+    )
+    outcome: dict = {}
+
+    def fit() -> None:
+        try:
+            trainer.fit()
+        except Exception as e:  # raised below, in the caller's thread
+            outcome["error"] = e
+
+    runner = threading.Thread(target=fit, daemon=True)
+    runner.start()
+    left = list(pending)
+    while left:
+        if epoch_dir(run_dir, left[0]).is_dir():
+            yield left.pop(0)
+        elif not runner.is_alive():
+            break
+        else:
+            time.sleep(poll_s)
+    runner.join()
+    if "error" in outcome:
+        raise RankError(
+            f"a Ray Train worker failed in the rl stage ({outcome['error']}); the run stopped after its last complete "
+            f"epoch in {run_dir}. Re-run the stage (`dvc repro rl`) to resume from there"
+        ) from outcome["error"]
+    if left:
+        raise RankError(f"the Ray Train workers finished without writing epochs {left} of {run_dir}")
 
 
 # torchrun's failure summary: "rank      : 1 (local_rank: 1)" then "exitcode  : -9 (pid: 123)"

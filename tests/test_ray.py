@@ -1,20 +1,25 @@
-"""Ray for scale-out: ALFWorld's workers as Ray actors on a local cluster (loopback only) give EnvPool's transcripts."""
+"""Ray for scale-out, on a local cluster bound to loopback: ALFWorld's workers as Ray actors give EnvPool's
+transcripts, and `rl.launcher: ray` runs the RL stage's rank program on Ray Train workers (gloo)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from seed_core.config import params_from_dict
 from seed_core.envs import environment
-from seed_core.envs.alfworld.data import list_games, stratified_subset
+from seed_core.envs.alfworld.data import list_games, stratified_subset, write_manifest
 from seed_core.envs.alfworld.env import EnvPool, RayEnvPool
+from seed_core.stages.rl import run_folder_name, train, write_outputs
 
 ray = pytest.importorskip("ray", reason="ray is a project dependency: run `make install`")
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1",
+    """4 logical CPUs: two Ray Train workers and two game hosts at once."""
+    ray.init(num_cpus=4, include_dashboard=False, _node_ip_address="127.0.0.1",
              _temp_dir=str(tmp_path_factory.mktemp("ray")), log_to_driver=False)  # fmt: skip
     yield
     ray.shutdown()
@@ -42,3 +47,26 @@ def test_env_hosts_ray_opens_the_actor_pool(alfworld_root, cluster):
     env = environment(params_from_dict({"data": {"alfworld_data": str(alfworld_root)}, "env": {"hosts": "ray"}}))
     with env.open_pool(2) as pool:
         assert isinstance(pool, RayEnvPool)
+
+
+def test_ray_train_runs_the_rank_program_to_the_stage_outputs(alfworld_root, tiny_model_dir, tmp_path, cluster):
+    games = stratified_subset(list_games(alfworld_root, "valid_seen"), 2, seed=0)
+    mdir = tmp_path / "manifests"
+    for name in ("train", "valid_seen"):
+        write_manifest(mdir / f"{name}.json", alfworld_root, games)
+    raw = {
+        "env": {"max_steps": 2, "workers": 0},
+        "rollout": {"max_new_tokens": 5, "batch_size": 8},
+        "rl": {"launcher": "ray", "world_size": 2, "games_per_update": 2, "group_size": 2, "epochs": 1,
+               "updates_per_epoch": 1, "validation_games": 2, "analyzer_max_new_tokens": 8},
+    }  # fmt: skip
+    (tmp_path / "params.yaml").write_text(json.dumps(raw))
+    p = params_from_dict(raw)
+    run_dir = tmp_path / "runs" / run_folder_name(p, tiny_model_dir)
+    summaries = [train_it() for _, train_it in train(p, tmp_path / "params.yaml", tiny_model_dir, mdir, run_dir)]
+    assert [s["epoch"] for s in summaries] == [1]
+    assert summaries[0]["rollout/success_rate"] >= 0 and "val/success_rate" in summaries[0]
+    corpus = (run_dir / "epoch_001" / "skills.jsonl").read_text().splitlines()
+    assert len(corpus) == 4  # both ranks' trajectories: 2 games x 2 episodes
+    summary = write_outputs(p, tiny_model_dir, run_dir, tmp_path / "final", tmp_path / "rl.json", tmp_path / "u.json")
+    assert summary["updates"] == 1 and (tmp_path / "final" / "model.safetensors").exists()

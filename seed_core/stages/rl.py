@@ -51,7 +51,7 @@ INIT = {"analyzer": "models/analyzer", "warmup": "models/warmup", "base": "model
 def fingerprint(params: Params, init_dir: Path) -> dict:
     """What a resumed run must share with the run that wrote the checkpoints."""
     relevant = {k: dataclasses.asdict(getattr(params, k)) for k in ("model", "env", "rollout", "rl")}
-    for key in ("epochs", "launcher", "world_size"):  # more epochs may be added; any number of ranks may resume
+    for key in ("epochs", "launcher", "world_size", "ray_address"):  # more epochs; resume on any number of ranks
         relevant["rl"].pop(key)
     relevant = json.loads(json.dumps(relevant))  # as run.json stores it (tuples become lists)
     weights = sorted(init_dir.glob("*.safetensors"))
@@ -360,9 +360,16 @@ def train(
     pending = open_run_dir(params, init_dir, run_dir)  # refuses a mismatched folder before any rank starts
     if not pending:
         return
-    command = launch.torchrun_command(params.rl.world_size, params_path, init_dir, manifest_dir, run_dir)
-    log(f"starting {params.rl.world_size} ranks: {' '.join(command)}")
-    for epoch in launch.run_ranks(command, run_dir, pending, log):
+    argv = ["--params", str(params_path), "--init", str(init_dir), "--manifest-dir", str(manifest_dir),
+            "--run-dir", str(run_dir)]  # fmt: skip
+    if params.rl.launcher == "torchrun":
+        command = launch.torchrun_command(params.rl.world_size, argv)
+        log(f"starting {params.rl.world_size} ranks: {' '.join(command)}")
+        epochs = launch.run_ranks(command, run_dir, pending, log)
+    else:
+        log(f"starting {params.rl.world_size} ranks with Ray Train on {params.rl.ray_address or 'a local Ray cluster'}")
+        epochs = launch.ray_ranks(argv, params, run_dir, pending, log)
+    for epoch in epochs:
         yield epoch, functools.partial(epoch_summary, run_dir, epoch)
 
 
@@ -381,14 +388,15 @@ def main(argv: list[str] | None = None) -> None:
     setup(offline=params.model.offline)
     init = args.init or Path(INIT[params.rl.init])
     run_dir = args.run_dir or Path("runs/rl") / run_folder_name(params, init)
-    distributed.init()
+    owned = distributed.init()
     try:
         run = RLRun(params, init, args.manifest_dir, run_dir)
         for epoch in run.pending():
             run.run_epoch(epoch)
         run.close()
     finally:
-        distributed.close()
+        if owned:
+            distributed.close()
 
 
 if __name__ == "__main__":

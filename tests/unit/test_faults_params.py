@@ -49,7 +49,7 @@ CASES = {
     "unknown-launcher": (
         "rl",
         {"rl": {"launcher": "slurm"}},
-        ["`rl.launcher` must be one of ['local', 'torchrun'], got 'slurm'"],
+        ["`rl.launcher` must be one of ['local', 'torchrun', 'ray'], got 'slurm'"],
     ),
     "missing-model-path": (
         "prepare",
