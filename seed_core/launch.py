@@ -39,15 +39,13 @@ def torchrun_command(world_size: int, argv: list[str]) -> list[str]:
 
 def _ray_rank(config: dict) -> None:
     """One Ray Train worker: the rank program, in the launching process's folder (Ray Train made the process group)."""
-    from seed_core.stages.rl import main
-
     os.chdir(config["cwd"])
-    main(config["argv"])
+    config["entry"](config["argv"])
 
 
-def ray_ranks(argv: list[str], params, run_dir: Path, pending: list[int], log: Callable[[str], None] = print,
-              poll_s: float = 1.0) -> Iterator[int]:  # fmt: skip
-    """The rank program on `rl.world_size` Ray Train workers (`TorchTrainer`, one GPU each when the model runs on
+def ray_ranks(entry: Callable[[list[str]], None], argv: list[str], params, run_dir: Path, pending: list[int],
+              log: Callable[[str], None] = print, poll_s: float = 1.0) -> Iterator[int]:  # fmt: skip
+    """The rank program `entry(argv)` on `rl.world_size` Ray Train workers (`TorchTrainer`, one GPU each when the model runs on
     CUDA) of the cluster at `rl.ray_address` (null: a private local cluster); yields each epoch of `pending` once its
     folder is published. A failed worker raises RankError; Ray Train retries nothing (the next run resumes)."""
     import ray
@@ -60,7 +58,7 @@ def ray_ranks(argv: list[str], params, run_dir: Path, pending: list[int], log: C
         ray.init(address=params.rl.ray_address, include_dashboard=False, log_to_driver=True)
     trainer = TorchTrainer(
         _ray_rank,
-        train_loop_config={"cwd": os.getcwd(), "argv": argv},
+        train_loop_config={"cwd": os.getcwd(), "entry": entry, "argv": argv},
         scaling_config=ScalingConfig(
             num_workers=params.rl.world_size, use_gpu=resolve_device(params.model.device) == "cuda"
         ),

@@ -368,7 +368,7 @@ def train(
         epochs = launch.run_ranks(command, run_dir, pending, log)
     else:
         log(f"starting {params.rl.world_size} ranks with Ray Train on {params.rl.ray_address or 'a local Ray cluster'}")
-        epochs = launch.ray_ranks(argv, params, run_dir, pending, log)
+        epochs = launch.ray_ranks(main, argv, params, run_dir, pending, log)
     for epoch in epochs:
         yield epoch, functools.partial(epoch_summary, run_dir, epoch)
 
