@@ -37,6 +37,17 @@ def torchrun_command(world_size: int, argv: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
+def _published(run_dir: Path, left: list[int], running: Callable[[], bool], poll_s: float) -> Iterator[int]:
+    """Pop and yield each epoch of `left` as its folder appears, until none is left or the ranks stopped."""
+    while left:
+        if epoch_dir(run_dir, left[0]).is_dir():
+            yield left.pop(0)
+        elif not running():
+            return
+        else:
+            time.sleep(poll_s)
+
+
 def _ray_rank(config: dict) -> None:
     """One Ray Train worker: the rank program, in the launching process's folder (Ray Train made the process group)."""
     os.chdir(config["cwd"])
@@ -79,13 +90,7 @@ def ray_ranks(entry: Callable[[list[str]], None], argv: list[str], params, run_d
     runner = threading.Thread(target=fit, daemon=True)
     runner.start()
     left = list(pending)
-    while left:
-        if epoch_dir(run_dir, left[0]).is_dir():
-            yield left.pop(0)
-        elif not runner.is_alive():
-            break
-        else:
-            time.sleep(poll_s)
+    yield from _published(run_dir, left, runner.is_alive, poll_s)
     runner.join()
     if "error" in outcome:
         raise RankError(
@@ -134,13 +139,7 @@ def run_ranks(
     reader.start()
     left = list(pending)
     try:
-        while left:
-            if epoch_dir(run_dir, left[0]).is_dir():
-                yield left.pop(0)
-            elif proc.poll() is not None:
-                break
-            else:
-                time.sleep(poll_s)
+        yield from _published(run_dir, left, lambda: proc.poll() is None, poll_s)
         code = proc.wait()
     finally:
         if proc.poll() is None:
