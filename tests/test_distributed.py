@@ -67,25 +67,36 @@ def trajs(alfworld_root, tiny_model_dir):
     return out
 
 
-def data_file(tmp_path: Path, trajs, tiny_model_dir, **rl) -> Path:
+def torchrun(n: int, cases: list[str], data: Path, out: Path, timeout: float = 600) -> None:
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", "--max-restarts=0",
+        str(REPO / "tests" / "ranks.py"), ",".join(cases), str(data), str(out),
+    ]  # fmt: skip
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+
+
+@pytest.fixture(scope="module")
+def ranks(trajs, tiny_model_dir, tmp_path_factory):
+    """Every case of tests/ranks.py from two launches, 2 ranks then 1 (a launch costs ~15 s of start-up): {n: out}.
+    The 2-rank launch saves epoch_001 and resumes it; the 1-rank launch resumes the same folder."""
+    root = tmp_path_factory.mktemp("ranks")
     skills = [
         Skill(t.traj_id, t.game_id, t.task_type, "failure", "s", "look first, then take the object" if i % 3 else "",
               "ok" if i % 3 else "failed", "", "test", "h")
         for i, t in enumerate(trajs)
     ]  # fmt: skip
-    path = tmp_path / "data.pkl"
-    path.write_bytes(pickle.dumps({"params": raw(**rl), "model": tiny_model_dir, "trajs": trajs, "skills": skills}))
-    return path
+    variants = {"lora": raw(lora_r=16), "full": raw(lora_r=None)}
+    data = root / "data.pkl"
+    data.write_bytes(pickle.dumps({"variants": variants, "model": tiny_model_dir, "trajs": trajs, "skills": skills}))
+    torchrun(2, ["update:lora", "update:full", "nan", "save", "resume"], data, root / "two")
+    torchrun(1, ["update:lora", "update:full", "resume"], data, root / "one")
+    return {2: root / "two", 1: root / "one"}
 
 
-def torchrun(n: int, case: str, data: Path, out: Path, timeout: float = 300) -> tuple[list[dict], dict]:
-    cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}", "--max-restarts=0",
-        str(REPO / "tests" / "ranks.py"), case, str(data), str(out),
-    ]  # fmt: skip
-    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
-    reports = [json.loads((out / f"rank{i}.json").read_text()) for i in range(n)]
+def results(out: Path) -> tuple[list[dict], dict]:
+    """(every rank's report, the gathered trainable weights) of one case's folder."""
+    reports = [json.loads(p.read_text()) for p in sorted(out.glob("rank*.json"))]
     return reports, load_file(out / "weights.safetensors")
 
 
@@ -101,19 +112,19 @@ def initial_weights(tiny_model_dir, **rl) -> dict:
 
 
 @pytest.mark.parametrize("lora_r", [16, None], ids=["lora", "full"])
-def test_two_rank_update_equals_one_rank_with_uneven_micro_batches(trajs, tiny_model_dir, tmp_path, lora_r):
-    data = data_file(tmp_path, trajs, tiny_model_dir, lora_r=lora_r)
-    (one,), w1 = torchrun(1, "update", data, tmp_path / "one")
-    two, w2 = torchrun(2, "update", data, tmp_path / "two")
+def test_two_rank_update_equals_one_rank_with_uneven_micro_batches(ranks, trajs, tiny_model_dir, lora_r):
+    case = f"update:{'lora' if lora_r else 'full'}"
+    (one,), w1 = results(ranks[1] / case)
+    two, w2 = results(ranks[2] / case)
     assert two[0]["steps"] != two[1]["steps"]  # uneven: one micro-batch per step, so uneven micro-batch counts
     assert two[0]["steps"] + two[1]["steps"] == one["steps"]
-    g1, g2 = (load_file(tmp_path / x / "grads.safetensors") for x in ("one", "two"))
+    g1, g2 = (load_file(ranks[n] / case / "grads.safetensors") for n in (1, 2))
     grad_scale = max(float(g.abs().max()) for g in g1.values())
     grad_diff = max_diff(g1, g2)
     moved = max_diff(w1, initial_weights(tiny_model_dir, lora_r=lora_r))
     diff = max_diff(w1, w2)
     print(
-        f"2-rank vs 1-rank ({'lora' if lora_r else 'full'}): gradients max |dg| {grad_diff:.2e} (max |g| "
+        f"2-rank vs 1-rank ({case}): gradients max |dg| {grad_diff:.2e} (max |g| "
         f"{grad_scale:.2e}); weights after the AdamW step max |dw| {diff:.2e} (the step moved them {moved:.2e})"
     )
     assert grad_scale > 0 and grad_diff <= 1e-5 * grad_scale
@@ -127,19 +138,20 @@ def test_two_rank_update_equals_one_rank_with_uneven_micro_batches(trajs, tiny_m
 
 
 @pytest.mark.fault("numeric")
-def test_nan_on_one_rank_is_skipped_by_every_rank(trajs, tiny_model_dir, tmp_path):
-    reports, w = torchrun(2, "nan", data_file(tmp_path, trajs, tiny_model_dir), tmp_path / "out", timeout=240)
+def test_nan_on_one_rank_is_skipped_by_every_rank(ranks, tiny_model_dir):
+    reports, w = results(ranks[2] / "nan")
     assert [r["metrics"]["train/skipped_steps"] for r in reports] == [1.0, 1.0]
     assert max_diff(w, initial_weights(tiny_model_dir)) == 0.0
 
 
-def test_checkpoint_saved_on_two_ranks_resumes_on_one_and_two(trajs, tiny_model_dir, tmp_path):
-    data = data_file(tmp_path, trajs, tiny_model_dir)
-    _, uninterrupted = torchrun(2, "twice", data, tmp_path / "twice")
-    torchrun(2, "save", data, tmp_path / "save")
-    assert {p.name for p in (tmp_path / "run" / "epoch_001").iterdir()} >= {"trainable.safetensors", "state.json"}
-    _, on_two = torchrun(2, "resume", data, tmp_path / "resume2")
-    _, on_one = torchrun(1, "resume", data, tmp_path / "resume1")
+def test_checkpoint_saved_on_two_ranks_resumes_on_one_and_two(ranks):
+    assert {p.name for p in (ranks[2].parent / "run" / "epoch_001").iterdir()} >= {
+        "trainable.safetensors",
+        "state.json",
+    }
+    _, uninterrupted = results(ranks[2] / "save")
+    _, on_two = results(ranks[2] / "resume")
+    _, on_one = results(ranks[1] / "resume")
     assert max_diff(on_two, uninterrupted) == 0.0  # same rank count: bit-identical to never stopping
     lr = RAW["rl"]["learning_rate"]
     assert max_diff(on_one, on_two) < 1e-2 * lr  # another rank count: float order differs, AdamW amplifies it

@@ -503,8 +503,6 @@ def _all_mean(total: float, count: int) -> float:
 def _merge_ranks(sums: dict, maxima: dict, tokens: int) -> tuple[dict, dict, int]:
     """Every rank's token-weighted metric sums, maxima and token count, merged (identity on one rank)."""
     parts = distributed.gather((sums, maxima, tokens))
-    if len(parts) == 1:
-        return sums, maxima, tokens
     merged_sums: dict[str, float] = {}
     merged_max: dict[str, float] = {}
     for s, m, _ in parts:

@@ -7,7 +7,8 @@ Two sources, joined by output path:
   `models/base.lineage.json`, `metrics/eval.json.lineage.json`): what DVC does not record, i.e. the code
   revision (`git rev-parse HEAD` plus the files that differed from it), the time, the resolved parameter
   values (defaults included), the Prefect flow run id, the DVC experiment name and baseline commit when run
-  by `dvc exp run`, and external inputs (the ALFWorld data root, the base model id).
+  by `dvc exp run`, external inputs (the ALFWorld data root, the base model id), and the machine (CPU and its
+  bf16 flags, torch threads, GPU, library versions: what can change floats under the same code).
 
 Why a sibling and not a file inside the output folder: the metadata holds a time stamp and a commit id, so
 inside the folder it would change the folder's DVC hash on every run; every downstream stage would then
@@ -75,6 +76,50 @@ def git_revision(cwd: str | os.PathLike = ".") -> dict[str, Any]:
     return {"commit": head.stdout.strip(), "dirty": bool(changed), "changed": changed[:50]}
 
 
+# Libraries whose kernels or defaults shape a stage's numbers; the CPU flags that pick `model.dtype: auto`'s dtype
+# (bf16 where AVX512-BF16/AMX compute it) and the widest vector units (float summation order follows them).
+_VERSIONED = ("torch", "transformers", "peft", "trl", "accelerate", "vllm", "alfworld", "textworld", "dvc", "prefect")
+_CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
+
+
+def machine_facts() -> dict[str, Any]:
+    """What can change a stage's floats under the same code and parameters: the CPU, its bf16 support, torch's
+    threads, the GPU and the library versions (README, "Did I get what you got?")."""
+    import platform
+    from importlib import metadata
+
+    import torch
+
+    cpu, flags = platform.processor(), set()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                cpu = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    except OSError:  # not Linux: the platform's processor string alone
+        pass
+    versions = {}
+    for name in _VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return {
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "cpu_flags": [f for f in _CPU_FLAGS if f in flags],
+        "cpu_bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+        "torch_threads": torch.get_num_threads(),
+        "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "versions": versions,
+    }
+
+
 def _pipeline_outputs(root: Path) -> set[str]:
     outs = {o for v in _declared_outputs(root).values() for o in v}
     try:
@@ -120,6 +165,7 @@ def write_lineage(
         "params": params,
         "inputs": inputs or {},
         "prefect_flow_run_id": flow_run_id,
+        "machine": machine_facts(),
     }
     if os.environ.get("DVC_EXP_BASELINE_REV"):
         # inside `dvc exp run`, HEAD can be DVC's temporary commit; DVC names the experiment and its baseline
@@ -418,6 +464,19 @@ def describe_code(meta: dict | None) -> str:
     return f"{rev}{dirty}, ran {meta.get('time', '?')}{run}{exp}"
 
 
+def describe_machine(meta: dict | None) -> str:
+    """One line: CPU (its vector and bf16 flags), torch threads, GPU, torch version; "not recorded" for older runs."""
+    m = (meta or {}).get("machine")
+    if not m:
+        return "not recorded"
+    flags = ", ".join(m["cpu_flags"]) or "no AVX2"
+    gpu = f", GPU {m['gpu']}" if m.get("gpu") else ""
+    return (
+        f"{m['cpu']} ({m['cpu_count']} CPUs; {flags}; bf16 {'native' if m['cpu_bf16'] else 'emulated'}), "
+        f"torch {m['versions'].get('torch', '?')} on {m['torch_threads']} threads{gpu}"
+    )
+
+
 def _fmt(v: Any) -> str:
     """Values as in YAML/JSON (`true`, `null`, `[greedy, sampled]` as a JSON list); strings bare."""
     return v if isinstance(v, str) else json.dumps(v)
@@ -433,6 +492,7 @@ def render_text(tree: dict) -> str:
             continue
         pad += "    " if depth else "  "
         lines += [head, f"{pad}cmd: {n['cmd']}", f"{pad}code: {describe_code(n['meta'])}"]
+        lines.append(f"{pad}machine: {describe_machine(n['meta'])}")
         lines += [f"{pad}note: {x}" for x in n["notes"]]
         if n["params"]:
             lines.append(f"{pad}params:")
@@ -469,6 +529,7 @@ def render_markdown(tree: dict) -> str:
             lines += [title + " (shown above)", ""]
             continue
         lines += [title, "", f"- cmd: `{n['cmd']}`", f"- code: {describe_code(n['meta'])}"]
+        lines.append(f"- machine: {describe_machine(n['meta'])}")
         lines += [f"- **note**: {x}" for x in n["notes"]]
         for k, v in ((n["meta"] or {}).get("inputs") or {}).items():
             lines.append(f"- external input {k}: `{_fmt(v)}`")
@@ -507,7 +568,11 @@ def render_html(tree: dict) -> str:
         title = f"<code>{e(n['via'])}</code> ← stage <b>{e(n['stage'])}</b>"
         if n.get("seen"):
             return f"<div class='stage seen' data-stage='{e(n['stage'])}'>{title} (shown above)</div>"
-        items = [f"<li>cmd: <code>{e(str(n['cmd']))}</code></li>", f"<li>code: {e(describe_code(n['meta']))}</li>"]
+        items = [
+            f"<li>cmd: <code>{e(str(n['cmd']))}</code></li>",
+            f"<li>code: {e(describe_code(n['meta']))}</li>",
+            f"<li>machine: {e(describe_machine(n['meta']))}</li>",
+        ]
         items += [f"<li class='note'>note: {e(x)}</li>" for x in n["notes"]]
         items += [
             f"<li>external input {e(k)}: <code>{e(_fmt(v))}</code></li>"

@@ -10,12 +10,14 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from seed_core.tools import cli
 from seed_core.tools.lineage import (
     LineageError,
     describe_code,
+    describe_machine,
     git_revision,
     metadata_path,
     render_text,
@@ -157,7 +159,7 @@ def test_chain_from_a_file_inside_a_folder_output(project):
 
     text = render_text(tree)
     assert "models/rl  <-  stage train" in text
-    assert f"code: {head} (clean)" in text
+    assert f"code: {head} (clean)" in text and f"torch {torch.__version__} on " in text  # the machine line
     assert "models/base  md5 " + prepare_outs["models/base"] + "  <- prepare" in text
     assert "alfworld_data: /data/alfworld" in text
     assert f"2 games (train), game files sha256 digest {digest[:16]}" in text
@@ -278,6 +280,21 @@ def test_write_lineage_names_the_dvc_experiment(tmp_path, monkeypatch):
     meta = json.loads(path.read_text())
     assert meta["dvc_experiment"] == {"name": "seed-s1", "baseline_rev": "b" * 40} and meta["git"]["commit"] is None
     assert describe_code(meta).endswith(f", DVC experiment seed-s1 on baseline {'b' * 40}")
+
+
+def test_write_lineage_records_the_machine(tmp_path):
+    """What can change floats under the same code: CPU flags (bf16 for `model.dtype: auto`), threads, versions."""
+    (tmp_path / "out").mkdir()
+    (path,) = write_lineage("s", ["out"], {}, cwd=tmp_path)
+    m = json.loads(path.read_text())["machine"]
+    assert m["versions"]["torch"] == torch.__version__ and m["torch_threads"] == torch.get_num_threads()
+    assert m["cpu_count"] == os.cpu_count() and m["gpu"] is None
+    flags = Path("/proc/cpuinfo").read_text().split("\nflags")[1].split("\n")[0].split()
+    assert m["cpu_flags"] == [
+        f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile") if f in flags
+    ]
+    assert describe_machine({"machine": m}).endswith(f"torch {torch.__version__} on {torch.get_num_threads()} threads")
+    assert describe_machine({"time": "t"}) == "not recorded"  # written before machines were recorded
 
 
 def test_record_stage_in_a_prefect_flow_records_the_flow_run(tmp_path):
