@@ -34,7 +34,7 @@ data: install
 run: setup
 	$(BIN)/dvc repro
 
-# the full suite (what CI runs): real games, real SmolLM2, Prefect, DVC, the kill -9 chains (~25 min on 2 cores)
+# the full suite (what CI runs): real games, real SmolLM2, Prefect, DVC, torchrun and Ray, the kill -9 chains
 test: setup
 	$(BIN)/python -m pytest -q -ra
 
