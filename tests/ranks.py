@@ -36,7 +36,7 @@ def run_case(case: str, d: dict, run_dir: Path, out: Path) -> None:
     mine = [i for i, t in enumerate(d["trajs"]) if groups.index(t.group_id) % world == rank]
     trajs, skills = [d["trajs"][i] for i in mine], [d["skills"][i] for i in mine]
     model, tok = load_model(d["model"])
-    trainer = Trainer(model, tok, params_from_dict(d["variants"][case.split(":")[-1] if ":" in case else "lora"]))
+    trainer = Trainer(model, tok, params_from_dict(d["variants"][case.partition(":")[2] or "lora"]))
     report: dict = {"steps": 0}
     grads: dict[str, torch.Tensor] = {}
 
