@@ -156,6 +156,34 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
+# Keys that measure this run rather than its result: they differ on every run, so no hashed output holds them.
+TIMING_PREFIXES = ("time/", "memory/")
+
+
+def split_timing(metrics: dict) -> tuple[dict, dict]:
+    """(results, timing) of one metrics dict: timing holds the `time/*` and `memory/*` keys (and `update`)."""
+    timing = {k: v for k, v in metrics.items() if k.startswith(TIMING_PREFIXES) or k == "update"}
+    return {k: v for k, v in metrics.items() if not k.startswith(TIMING_PREFIXES)}, timing
+
+
+def timing_path(path: str | os.PathLike) -> Path:
+    """Where the timings of a metrics file go: the same name under `time/` beside it (metrics/time/warmup.json)."""
+    return Path(path).parent / "time" / Path(path).name
+
+
+def write_metrics(path: str | os.PathLike, metrics: dict | list[dict]) -> None:
+    """Write a stage's metrics (a dict, or a list of per-update dicts) to `path` less its timings, and the timings
+    to `timing_path(path)`, so that two runs of the same code, data and parameters write identical metrics files
+    and differ in the timing files only (README, "Did I get what you got?")."""
+    if isinstance(metrics, dict):
+        results, timing = split_timing(metrics)
+    else:
+        pairs = [split_timing(m) for m in metrics]
+        results, timing = [r for r, _ in pairs], [t for _, t in pairs]
+    write_json(path, results)
+    write_json(timing_path(path), timing)
+
+
 def write_jsonl(path: str | os.PathLike, records: Iterable[Any]) -> None:
     """Write dataclass records (or dicts) as JSON lines, atomically."""
     lines = []

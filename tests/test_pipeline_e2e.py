@@ -113,6 +113,16 @@ def test_pipeline_deployment_end_to_end(tmp_path, alfworld_root, prefect_server)
         run_dir / "epoch_001" / "trainable.safetensors"
     ).exists()
     assert json.loads((work / "metrics/rl.json").read_text())["updates"] == 1
+    # timings stay out of the hashed results (the README's "Did I get what you got?")
+    timed = ("time/", "memory/")
+    for name in ("warmup", "sft_data", "train_analyzer", "rl_updates", "rl"):
+        flat = json.dumps(json.loads((work / f"metrics/{name}.json").read_text()))
+        assert not any(f'"{p}' in flat for p in timed), name
+    assert "time/train_s" in json.loads((work / "metrics/time/warmup.json").read_text())
+    assert {"update", "time/update_s", "memory/peak_rss_mb"} <= set(
+        json.loads((work / "metrics/time/rl_updates.json").read_text())[0]
+    )
+    assert "time/update_s" in json.loads((run_dir / "epoch_001" / "timing.json").read_text())[0]
 
     again = run([str(BIN / "dvc"), "repro"], work, env).stdout
     assert "Running stage" not in again

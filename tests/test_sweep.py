@@ -171,7 +171,7 @@ def test_sweep_refuses_bad_input_before_queueing(tmp_path):
 
 
 def test_dvc_plots_render_rl_updates(tmp_path):
-    """The plot definitions of the real dvc.yaml render from metrics/rl_updates.json."""
+    """The plot definitions of the real dvc.yaml render from metrics/rl_updates.json and its timings."""
     root = tmp_path / "plots"
     root.mkdir()
     sh("git", "init", "-q", cwd=root)
@@ -193,8 +193,15 @@ def test_dvc_plots_render_rl_updates(tmp_path):
     (root / "metrics/rl_updates.json").write_text(
         json.dumps([{"update": i, **{k: i / 10 for k in keys}} for i in range(3)])
     )
+    (root / "metrics/time").mkdir()
+    phases = ["time/rollout_s", "time/analysis_s", "time/rescore_s", "time/update_s"]
+    (root / "metrics/time/rl_updates.json").write_text(
+        json.dumps([{"update": i, **{k: float(i) for k in phases}} for i in range(3)])
+    )
     plots = json.loads(sh("dvc", "plots", "show", "--json", cwd=root).stdout)["data"]
-    assert {"success over updates", "OPD over updates", "losses over updates"} <= set(plots)
+    assert {"success over updates", "OPD over updates", "losses over updates", "time per update"} <= set(plots)
+    timed = plots["time per update"][0]["content"]["data"]["values"]
+    assert {v["field"] for v in timed} == set(phases) and len(timed) == 12
     values = plots["success over updates"][0]["content"]["data"]["values"]
     assert {v["field"] for v in values} == {"rollout/success_rate", "rollout/invalid_rate"} and len(values) == 6
 

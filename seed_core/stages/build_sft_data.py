@@ -41,7 +41,7 @@ from seed_core.envs import Environment, GameEntry, environment
 from seed_core.method.skills import PARSE_STATUSES, PARSED, AnalysisStats, TrajectoryTeacher, analyze, analyzer_prompt
 from seed_core.method.teachers import OpenAITeacher, Teacher, checkpoint_teacher
 from seed_core.policy import open_sampler
-from seed_core.records import Skill, Trajectory, publish_dir, write_json, write_jsonl
+from seed_core.records import Skill, Trajectory, publish_dir, write_jsonl, write_metrics
 from seed_core.rollout import play
 from seed_core.runtime import seed_everything
 from seed_core.sft import SFT_SPLITS as SPLITS
@@ -283,7 +283,7 @@ def run_build_sft_data(
         "time/label_s": round(t_label - t_rollout, 1),
         "time/total_s": round(time.perf_counter() - t0, 1),
     }
-    write_json(metrics_path, metrics)
+    write_metrics(metrics_path, metrics)
     return metrics
 
 

@@ -36,7 +36,17 @@ from seed_core.config import Params, RLConfig, load_params
 from seed_core.envs import GameEntry, environment
 from seed_core.method.update import NonFiniteError, Trainer, method_spec
 from seed_core.models import ModelError, load_for, lora_config
-from seed_core.records import epoch_dir, epoch_dirs, epoch_of, publish_dir, storage_error, write_json, write_jsonl
+from seed_core.records import (
+    epoch_dir,
+    epoch_dirs,
+    epoch_of,
+    publish_dir,
+    split_timing,
+    storage_error,
+    timing_path,
+    write_json,
+    write_jsonl,
+)
 from seed_core.rollout import play, summarize
 from seed_core.runtime import seed_everything, setup
 from seed_core.tracking import Tracker
@@ -151,7 +161,11 @@ def save_epoch(
                     raise
                 raise storage_error(final / name, e) from e
         write_jsonl(tmp / "skills.jsonl", corpus)
-        write_json(tmp / "metrics.json", {"updates": updates, "validation": validation})
+        # timings apart from results: runs/rl's hash is then the same for two runs of the same parameters
+        # (.dvcignore keeps timing.json out of it)
+        split = [split_timing(u) for u in updates]
+        write_json(tmp / "metrics.json", {"updates": [r for r, _ in split], "validation": validation})
+        write_json(tmp / "timing.json", [t for _, t in split])
         state = {
             "epoch": epoch,
             "optimizer_scalars": opt_meta,
@@ -324,12 +338,15 @@ def write_outputs(
 
     publish_dir(final_dir, write)
 
-    updates, vals = [], []
+    updates, timing, vals = [], [], []
     for ep in epochs:
         m = json.loads((ep / "metrics.json").read_text())
         updates += m["updates"]
+        # DVC neither hashes nor caches timing.json (.dvcignore): a `dvc checkout` brings back the results only
+        timing += json.loads((ep / "timing.json").read_text()) if (ep / "timing.json").exists() else []
         vals.append({"epoch": epoch_of(ep), **m["validation"]})
     write_json(plots_path, updates)
+    write_json(timing_path(plots_path), timing)
     keys = sorted({k for u in updates for k in u if k.startswith(("opd/", "skills/"))})
     summary = {
         "method": cfg.method,

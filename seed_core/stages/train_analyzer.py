@@ -32,7 +32,7 @@ from seed_core.envs import Environment, environment, observation_image
 from seed_core.method.skills import PARSED, analyze
 from seed_core.method.teachers import checkpoint_teacher
 from seed_core.models import resolve_device
-from seed_core.records import DataError, Skill, Trajectory, read_jsonl, write_json, write_jsonl
+from seed_core.records import DataError, Skill, Trajectory, read_jsonl, write_jsonl, write_metrics
 from seed_core.sft import load_examples, train_sft
 
 _TOKEN = re.compile(r"[a-z0-9]+")
@@ -209,5 +209,5 @@ def run_train_analyzer(
         **{f"sft/{k}": v for k, v in sft.items()},
         "time/total_s": round(time.perf_counter() - t0, 1),
     }
-    write_json(metrics_path, metrics)
+    write_metrics(metrics_path, metrics)
     return metrics

@@ -26,7 +26,7 @@ from seed_core.envs import environment, observation_image
 from seed_core.models import load_for, resolve_device
 from seed_core.policy import is_vision_dir
 from seed_core.policy.vision import check_observation
-from seed_core.records import publish_dir, write_json
+from seed_core.records import publish_dir, write_metrics
 
 EVAL_GAMES = 2
 """Warm-up games whose steps are held out for the eval loss (not trained on); a WarmupConfig field candidate."""
@@ -142,7 +142,7 @@ def run_warmup(
     if not cfg.enabled:
         link_model(start, out_dir)
         metrics |= {"warmup/enabled": False}
-        write_json(metrics_path, metrics)
+        write_metrics(metrics_path, metrics)
         return metrics
 
     from seed_core.sft import train_sft  # torch/trl imports are heavy; the disabled path does not need them
@@ -189,5 +189,5 @@ def run_warmup(
         "time/replay_s": round(replay_s, 1),
         **{f"sft/{k}": v for k, v in sft.items()},
     }
-    write_json(metrics_path, metrics)
+    write_metrics(metrics_path, metrics)
     return metrics

@@ -1,11 +1,12 @@
-"""The one atomic folder publish every stage uses, and the epoch-folder names of RL runs."""
+"""The one atomic folder publish every stage uses, the epoch-folder names of RL runs, and metrics files."""
 
 import errno
+import json
 import os
 
 import pytest
 
-from seed_core.records import StorageError, epoch_dir, epoch_dirs, epoch_of, publish_dir
+from seed_core.records import StorageError, epoch_dir, epoch_dirs, epoch_of, publish_dir, write_metrics
 
 
 def leftovers(folder):
@@ -57,3 +58,25 @@ def test_epoch_folders(tmp_path):
     (tmp_path / "epoch_x").mkdir()
     assert [p.name for p in epoch_dirs(tmp_path)] == ["epoch_001", "epoch_002", "epoch_004"]
     assert [p.name for p in epoch_dirs(tmp_path, upto=2)] == ["epoch_001", "epoch_002"]
+
+
+def test_metrics_files_keep_timings_apart(tmp_path):
+    """Results to the named file; time/* and memory/* to metrics/time/ under the same name (per-update rows keep
+    their update number in both), so that two runs of the same code differ in the timing files only."""
+    path = tmp_path / "metrics" / "warmup.json"
+    write_metrics(path, {"train/loss": 1.5, "time/train_s": 30.2, "memory/peak_rss_mb": 900, "timeline": 3})
+    assert json.loads(path.read_text()) == {"train/loss": 1.5, "timeline": 3}
+    assert json.loads((tmp_path / "metrics/time/warmup.json").read_text()) == {
+        "time/train_s": 30.2,
+        "memory/peak_rss_mb": 900,
+    }
+    rows = [{"update": 0, "loss/pg": 0.1, "time/update_s": 4.0}, {"update": 1, "loss/pg": 0.2}]
+    write_metrics(tmp_path / "metrics" / "rl_updates.json", rows)
+    assert json.loads((tmp_path / "metrics/rl_updates.json").read_text()) == [
+        {"update": 0, "loss/pg": 0.1},
+        {"update": 1, "loss/pg": 0.2},
+    ]
+    assert json.loads((tmp_path / "metrics/time/rl_updates.json").read_text()) == [
+        {"update": 0, "time/update_s": 4.0},
+        {"update": 1},
+    ]
