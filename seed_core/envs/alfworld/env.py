@@ -10,7 +10,11 @@ verl-agent protocol.
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -93,10 +97,13 @@ class _Games:
         self.by_slot, self.idle = {}, {}
 
 
-def _worker(conn, data_root: str) -> None:
-    games = _Games(Path(data_root))
+def _worker(fd: int, data_root: str) -> None:
+    conn, games = Connection(fd), _Games(Path(data_root))
     while True:
-        cmd, slot, arg = conn.recv()
+        try:
+            cmd, slot, arg = conn.recv()
+        except EOFError:  # the parent is gone without closing the pool
+            return games.close()
         if cmd == "close":
             games.close()
             conn.send(("ok", None))
@@ -111,7 +118,9 @@ class EnvPool:
     """Many games at once. Slot i lives in worker i % workers; `workers=0` runs every game in-process.
 
     `reset(game_ids)` loads one game per slot; `step({slot: action})` steps the given slots concurrently and
-    returns their new states. Workers are spawned (not forked) so they never inherit torch's thread pools.
+    returns their new states. Workers are fresh interpreters that import this module only: a forked one would
+    inherit torch's thread pools, a multiprocessing-spawned one re-imports the launching script first (a flow:
+    Prefect, torch, transformers, vLLM; seconds of CPU per worker at every stage start).
     """
 
     def __init__(self, data_root: Path, workers: int):
@@ -121,13 +130,18 @@ class EnvPool:
         self._conns = []
         self._procs = []
         self.game_ids: list[str] = []
-        ctx = mp.get_context("spawn")
         for _ in range(workers):
-            parent, child = ctx.Pipe()
-            p = ctx.Process(target=_worker, args=(child, str(self.data_root)), daemon=True)
-            p.start()
-            self._conns.append(parent)
-            self._procs.append(p)
+            parent, child = socket.socketpair()
+            code = f"from {__name__} import _worker; _worker({child.fileno()}, {str(self.data_root)!r})"
+            self._procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", code],
+                    pass_fds=[child.fileno()],
+                    env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
+                )
+            )
+            child.close()
+            self._conns.append(Connection(parent.detach()))
 
     def _call(self, requests: dict[int, tuple[str, Any]]) -> dict[int, Any]:
         if self.workers == 0:
@@ -167,7 +181,7 @@ class EnvPool:
             c.send(("close", 0, None))
             c.recv()
         for p in self._procs:
-            p.join(timeout=10)
+            p.wait(timeout=10)
         self._local.close()
         self._conns, self._procs = [], []
 
