@@ -156,14 +156,19 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
 
 
-# Keys that measure this run rather than its result: they differ on every run, so no hashed output holds them.
-TIMING_PREFIXES = ("time/", "memory/")
+# Groups of keys that measure this run rather than its result (`time/train_s`, `sft/time/train_s`,
+# `memory/peak_rss_mb`): they differ on every run, so no hashed output holds them.
+TIMING_GROUPS = frozenset({"time", "memory"})
+
+
+def is_timing(key: str) -> bool:
+    return not TIMING_GROUPS.isdisjoint(key.split("/")[:-1])
 
 
 def split_timing(metrics: dict) -> tuple[dict, dict]:
-    """(results, timing) of one metrics dict: timing holds the `time/*` and `memory/*` keys (and `update`)."""
-    timing = {k: v for k, v in metrics.items() if k.startswith(TIMING_PREFIXES) or k == "update"}
-    return {k: v for k, v in metrics.items() if not k.startswith(TIMING_PREFIXES)}, timing
+    """(results, timing) of one metrics dict: timing holds the keys in a `time/` or `memory/` group (and `update`)."""
+    timing = {k: v for k, v in metrics.items() if is_timing(k) or k == "update"}
+    return {k: v for k, v in metrics.items() if not is_timing(k)}, timing
 
 
 def timing_path(path: str | os.PathLike) -> Path:

@@ -61,13 +61,15 @@ def test_epoch_folders(tmp_path):
 
 
 def test_metrics_files_keep_timings_apart(tmp_path):
-    """Results to the named file; time/* and memory/* to metrics/time/ under the same name (per-update rows keep
-    their update number in both), so that two runs of the same code differ in the timing files only."""
+    """Results to the named file; keys in a time/ or memory/ group to metrics/time/ under the same name (per-update
+    rows keep their update number in both), so that two runs of the same code differ in the timing files only."""
     path = tmp_path / "metrics" / "warmup.json"
-    write_metrics(path, {"train/loss": 1.5, "time/train_s": 30.2, "memory/peak_rss_mb": 900, "timeline": 3})
-    assert json.loads(path.read_text()) == {"train/loss": 1.5, "timeline": 3}
+    metrics = {"train/loss": 1.5, "time/train_s": 30.2, "sft/time/train_s": 6.1, "memory/peak_rss_mb": 900}
+    write_metrics(path, {**metrics, "timeline": 3, "sft/time": 4})
+    assert json.loads(path.read_text()) == {"train/loss": 1.5, "timeline": 3, "sft/time": 4}
     assert json.loads((tmp_path / "metrics/time/warmup.json").read_text()) == {
         "time/train_s": 30.2,
+        "sft/time/train_s": 6.1,
         "memory/peak_rss_mb": 900,
     }
     rows = [{"update": 0, "loss/pg": 0.1, "time/update_s": 4.0}, {"update": 1, "loss/pg": 0.2}]
