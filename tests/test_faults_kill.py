@@ -153,6 +153,10 @@ def test_kill_9_in_each_stage_then_repro_equals_an_uninterrupted_run(
         params,
         {
             "model": {"name_or_path": str(tiny_model_dir)},
+            # what this test checks (atomic outputs, resume, no leak) does not depend on the sampler, and the HF
+            # backend spares each of the ~16 stage starts a vLLM engine (test_vllm resumes the RL stage on vLLM)
+            "rollout": {"backend": "hf"},
+            "evaluate": {"generation": {"backend": "hf"}},
             "rl": {"epochs": 2},
             "teacher": {
                 "kind": "openai",

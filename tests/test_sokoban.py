@@ -130,10 +130,10 @@ def test_oracle_and_key_names_on_played_trajectories(manifests):
 @pytest.mark.parametrize(
     "method,advantage", [("grpo", "grpo"), ("seed", "grpo"), ("grpo_opsd", "grpo"), ("sdar", "grpo"), ("seed", "gigpo")]
 )
-def test_one_rl_update_per_method_on_sokoban(method, advantage, base_model_dir, tmp_path):
-    """SmolLM2 plays 2 rooms x 2 episodes of 3 steps and the update runs. The base model answers invalidly, so
-    every episode has the same return and the outcome advantage is zero; SDAR's fixed skill still moves the
-    weights through OPD."""
+def test_one_rl_update_per_method_on_sokoban(method, advantage, tiny_model_dir, tmp_path):
+    """A tiny random-init model plays 2 rooms x 2 episodes of 3 steps and the update runs (the real model's update
+    on these rooms is the pipeline's). It answers invalidly, so every episode has the same return and the outcome
+    advantage is zero; SDAR's fixed skill still moves the weights through OPD."""
     p = sokoban_params(
         env={"max_steps": 3},
         model={"dtype": "float32"},
@@ -152,7 +152,7 @@ def test_one_rl_update_per_method_on_sokoban(method, advantage, base_model_dir, 
         },
     )
     environment(p).write_manifests(p.prepare, tmp_path / "m")
-    run = RLRun(p, base_model_dir, tmp_path / "m", tmp_path / "run")
+    run = RLRun(p, tiny_model_dir, tmp_path / "m", tmp_path / "run")
     before = {k: v.detach().clone() for k, v in run.trainer.model.named_parameters() if v.requires_grad}
     out = run.run_epoch(1)
     run.pool.close()
