@@ -85,7 +85,8 @@ def main() -> None:
     print(json.dumps({
         "bench": "rl_ranks",
         "update_s_ratio_2_over_1": round(median[2]["update_s"] / median[1]["update_s"], 3),
-        **{f"{k.split('/', 1)[1]}_ratio_2_over_1": round(median[2][k] / median[1][k], 3)
+        # per phase (time/update_s is the optimizer phase; the whole update is update_s above)
+        **{f"phase_{k.split('/', 1)[1]}_ratio_2_over_1": round(median[2][k] / median[1][k], 3)
            for k in median[1] if k.startswith("time/") and median[1][k] > 0},
         "update_s": {n: [round(r["update_s"], 1) for r in rs] for n, rs in runs.items()},
         "repeats": args.repeats,
