@@ -136,3 +136,12 @@ def tiny_qwen_vl(tokenizer_dir: Path, out_dir: Path, seed: int = 0) -> Path:
     model.save_pretrained(out_dir, safe_serialization=True)
     tok.save_pretrained(out_dir)
     return Path(out_dir)
+
+
+def read_stage_metrics(path: Path) -> dict:
+    """A stage's metrics file merged with its timings (the same name under time/ beside it): what the stage
+    returned. Checks first that the results file holds no time/ or memory/ key."""
+    results = json.loads(path.read_text())
+    timing = json.loads((path.parent / "time" / path.name).read_text())
+    assert not [k for k in results if "time/" in k or "memory/" in k], results
+    return {**results, **timing}

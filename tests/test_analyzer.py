@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from test_sft_data import GAMES, SAMPLES, small_params, tiny_model_dir, train_manifest  # noqa: F401 (fixtures)
 
+from helpers import read_stage_metrics
 from seed_core.config import params_from_dict
 from seed_core.envs.alfworld import Alfworld
 from seed_core.models import load_model
@@ -83,7 +84,7 @@ def test_train_analyzer_end_to_end(alfworld_root, tiny_model_dir, sft_set, tmp_p
     )
     m = run_train_analyzer(params, sft_set, tiny_model_dir, out, metrics_path, heldout)
 
-    assert json.loads(metrics_path.read_text()) == m
+    assert read_stage_metrics(metrics_path) == m and "time/total_s" in m
     rows = [json.loads(line) for line in heldout.read_text().splitlines()]
     for when in ("before", "after"):
         assert m[f"analyzer/{when}/parse_rate"] == sum(r[f"{when}_status"] == "ok" for r in rows) / len(rows)

@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from helpers import PROXY_VARS, chat_endpoint, chat_reply, reply
+from helpers import PROXY_VARS, chat_endpoint, chat_reply, read_stage_metrics, reply
 from seed_core.config import params_from_dict
 from seed_core.envs.alfworld.data import list_games, task_type_of, write_manifest
 from seed_core.method.teachers import OpenAITeacher
@@ -172,7 +172,7 @@ def test_stage_finishes_when_failures_outlast_the_retry_budget(
         "teacher/errors/timeout": 1,
         "teacher/errors/http_429": 1,
     }
-    assert json.loads((tmp_path / "m.json").read_text()) == m
+    assert read_stage_metrics(tmp_path / "m.json") == m
     skills = list(read_jsonl(tmp_path / "sft" / "skills.jsonl", Skill))
     assert [(s.task_type, s.parse_status) for s in skills] == [
         ("look_at_obj_in_light", "dropped"),

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers import PROXY_VARS, chat_endpoint, chat_reply, reply, tiny_policy
+from helpers import PROXY_VARS, chat_endpoint, chat_reply, read_stage_metrics, reply, tiny_policy
 from seed_core.config import ConfigError, ModelConfig, params_from_dict
 from seed_core.envs.alfworld import Alfworld
 from seed_core.envs.alfworld.data import GameEntry, list_games, task_type_of, write_manifest
@@ -161,7 +161,7 @@ def test_oracle_dataset_split_preview_metrics(alfworld_root, tiny_model_dir, tra
     assert [p["split"] for p in preview] == ["train"] * len(dd["train"]) + ["validation"] * len(dd["validation"])
     assert all(p["episode_skill"] == skills[p["traj_id"]].skill and p["task"] for p in preview)
 
-    assert json.loads((tmp_path / "sft_data.json").read_text()) == m
+    assert read_stage_metrics(tmp_path / "sft_data.json") == m
     statuses = [m[f"sft_data/parse_status/{k}"] for k in ("ok", "ok_after_reask", "failed", "dropped")]
     assert m["sft_data/trajectories"] == GAMES * SAMPLES == sum(statuses)
     assert (
