@@ -9,6 +9,7 @@ turns HF_HUB_OFFLINE off).
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from pathlib import Path
 
@@ -195,6 +196,18 @@ def lora_config(model, r: int, alpha: int, train_vision: bool = True):
         modules_to_save=vision if train_vision else None,
         task_type="CAUSAL_LM",
     )
+
+
+def save_adapter(model, folder: Path) -> None:
+    """`model`'s peft adapter in `folder`. peft keeps `target_modules` as a set and writes it in the order of Python's
+    per-process string hashing, so the same adapter saved twice differed in adapter_config.json and in its DVC hash.
+    Sorted, the file is the same bytes on every run (README, "Did I get what you got?")."""
+    model.save_pretrained(folder)
+    cfg = Path(folder) / "adapter_config.json"
+    data = json.loads(cfg.read_text())
+    if isinstance(data.get("target_modules"), list):
+        data["target_modules"] = sorted(data["target_modules"])
+    cfg.write_text(json.dumps(data, indent=2, sort_keys=True))
 
 
 def freeze_vision(model, frozen: bool = True) -> None:

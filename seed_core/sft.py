@@ -292,7 +292,7 @@ def train_sft(
     """
     from transformers import AutoTokenizer, TrainerCallback, set_seed
 
-    from seed_core.models import auto_class
+    from seed_core.models import auto_class, save_adapter
     from seed_core.policy.vision import vision_inputs
 
     if not train:
@@ -361,7 +361,7 @@ def train_sft(
         def write(tmp: Path) -> None:
             model = trainer.model
             if lora_r is not None:
-                model.save_pretrained(tmp / "adapter")
+                save_adapter(model, tmp / "adapter")
                 model = model.merge_and_unload()
             model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
