@@ -1,8 +1,16 @@
 """Two runs of the same code leave the same bytes (README, "Did I get what you got?")."""
 
 import json
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+
+import yaml
+from dvc.dependency.param import ParamsDependency
+from dvc.repo import Repo
+
+REPO = Path(__file__).resolve().parents[2]
 
 SAVE = """
 import sys
@@ -36,3 +44,61 @@ def test_adapter_config_is_the_same_bytes_whatever_the_hash_seed(tmp_path):
     ours, peft = json.loads(ours_1), json.loads(peft_1)
     assert ours["target_modules"] == sorted(peft["target_modules"]) and len(ours["target_modules"]) == 7
     assert ours == peft | {"target_modules": ours["target_modules"]}
+
+
+def _differences(locked, now, path: str) -> list[str]:
+    """'key: locked -> now' for every leaf where two parameter values differ."""
+    if isinstance(locked, dict) and isinstance(now, dict):
+        return [
+            d for k in sorted(set(locked) | set(now)) for d in _differences(locked.get(k), now.get(k), f"{path}.{k}")
+        ]
+    return [] if locked == now else [f"{path}: {locked!r} -> {now!r}"]
+
+
+def stale_stages(repo_dir: Path) -> dict[str, list[str]]:
+    """{stage: what is stale} for each stage of dvc.yaml with no dvc.lock entry, or one made under other params."""
+    locked = (yaml.safe_load((repo_dir / "dvc.lock").read_text()) or {}).get("stages", {})
+    stale = {}
+    with Repo(str(repo_dir)) as repo:
+        for stage in repo.index.stages:
+            if stage.name not in locked:
+                stale[stage.name] = ["no entry in dvc.lock"]
+                continue
+            params = locked[stage.name].get("params", {})
+            diffs = [
+                d
+                for dep in stage.deps
+                if isinstance(dep, ParamsDependency)
+                for key, now in dep.read_params().items()
+                for d in _differences(params.get(dep.def_path, {}).get(key), now, key)
+            ]
+            if diffs:
+                stale[stage.name] = diffs
+    return stale
+
+
+def test_committed_dvc_lock_is_the_reference_run_of_todays_params():
+    stale = stale_stages(REPO)
+    assert not stale, (
+        "dvc.lock is stale ("
+        + "; ".join(f"{stage}: {', '.join(why)}" for stage, why in stale.items())
+        + "): make it the reference run again, a fresh clone's `make run`, and commit its dvc.lock and metrics/"
+    )
+
+
+def test_a_stale_lock_is_named_with_what_changed(tmp_path):
+    for name in ("dvc.yaml", "dvc.lock", "params.yaml"):
+        shutil.copy(REPO / name, tmp_path / name)
+    Repo.init(str(tmp_path), no_scm=True).close()
+    params = yaml.safe_load((tmp_path / "params.yaml").read_text())
+    games = params["prepare"]["train_games"]
+    params["prepare"]["train_games"] = games + 1
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    lock = yaml.safe_load((tmp_path / "dvc.lock").read_text())
+    del lock["stages"]["eval_table"]
+    (tmp_path / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
+
+    assert stale_stages(tmp_path) == {
+        "prepare": [f"prepare.train_games: {games} -> {games + 1}"],
+        "eval_table": ["no entry in dvc.lock"],
+    }
