@@ -10,6 +10,8 @@ import yaml
 from dvc.dependency.param import ParamsDependency
 from dvc.repo import Repo
 
+from seed_core.stages.rl import _diff  # the RL stage names changed parameters the same way
+
 REPO = Path(__file__).resolve().parents[2]
 
 SAVE = """
@@ -46,15 +48,6 @@ def test_adapter_config_is_the_same_bytes_whatever_the_hash_seed(tmp_path):
     assert ours == peft | {"target_modules": ours["target_modules"]}
 
 
-def _differences(locked, now, path: str) -> list[str]:
-    """'key: locked -> now' for every leaf where two parameter values differ."""
-    if isinstance(locked, dict) and isinstance(now, dict):
-        return [
-            d for k in sorted(set(locked) | set(now)) for d in _differences(locked.get(k), now.get(k), f"{path}.{k}")
-        ]
-    return [] if locked == now else [f"{path}: {locked!r} -> {now!r}"]
-
-
 def stale_stages(repo_dir: Path) -> dict[str, list[str]]:
     """{stage: what is stale} for each stage of dvc.yaml with no dvc.lock entry, or one made under other params."""
     locked = (yaml.safe_load((repo_dir / "dvc.lock").read_text()) or {}).get("stages", {})
@@ -69,8 +62,7 @@ def stale_stages(repo_dir: Path) -> dict[str, list[str]]:
                 d
                 for dep in stage.deps
                 if isinstance(dep, ParamsDependency)
-                for key, now in dep.read_params().items()
-                for d in _differences(params.get(dep.def_path, {}).get(key), now, key)
+                for d in _diff(params.get(dep.def_path, {}), dep.read_params())
             ]
             if diffs:
                 stale[stage.name] = diffs
