@@ -53,6 +53,12 @@ def evaluate_model(
         )
         for temp, seed in temps_seeds:
             seed_everything(seed)
+            # Each pass starts on an empty vLLM prefix cache. A pass that starts on prompts an earlier pass left
+            # cached gave log-probs differing by 1e-7..2e-5 between two processes of the same run, enough to
+            # flip a sampled token: the sampled rows of a trained model were then not reproducible. The HF
+            # sampler has no cache.
+            if hasattr(policy, "llm"):
+                policy.llm.reset_prefix_cache()
             gen = SamplingConfig(
                 temperature=temp,
                 top_p=cfg.generation.top_p if temp > 0 else 1.0,
