@@ -2,8 +2,9 @@
 
 A sweep recipe (`recipes/sweeps/methods.yaml`) names the compared methods as parameter overrides and the
 seeds; `seed sweep RECIPE` expands it into one experiment per (method, seed) and
-  1. validates every combination's resulting params (the same check and message as `seed params`), so a
-     typo fails in a second instead of after the first run;
+  1. validates every combination's resulting params (the same check and message as `seed params`), and that
+     params.yaml already has every overridden key (`dvc exp run -S` refuses others), so a typo or an incomplete
+     params file fails in a second instead of after the first run;
   2. queues each as `dvc exp run --queue -n <method>-s<seed> -S key=value ...` (an experiment of that name
      from an earlier sweep is removed first, so a re-run replaces it);
   3. with `--run`, runs the queue (`dvc exp run --run-all --jobs J`): each experiment in its own temporary
@@ -77,7 +78,8 @@ def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str,
 
 
 def check_params(params_path: str | Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Validate params.yaml with `overrides` applied; raises the same ConfigError as `seed params` would."""
+    """Validate params.yaml with `overrides` applied; raises the same ConfigError as `seed params` would, or one
+    naming each overridden key the file lacks (DVC refuses those: "Could not override 'rl.tis'")."""
     path = Path(params_path)
     if not path.exists():
         raise ConfigError(f"params file {path} does not exist; run from the repository root or pass --params")
@@ -89,7 +91,25 @@ def check_params(params_path: str | Path, overrides: dict[str, Any] | None = Non
         raise ConfigError(f"params file {path} must be a mapping of sections, got {type(raw).__name__}")
     merged = apply_overrides(raw, overrides or {})
     params_from_dict(merged)
+    # after the validation, so a misspelt key gets its "unknown key ...; allowed keys here" message first
+    absent = [key for key in overrides or {} if not _has_key(raw, key)]
+    if absent:
+        raise ConfigError(
+            f"{path} lacks {', '.join(f'`{k}`' for k in absent)}: `dvc exp run -S KEY=VALUE` sets only keys the "
+            f"params file already has. Add {'it' if len(absent) == 1 else 'them'} to {path.name} (`seed params "
+            "--explain` lists every key and its default), or start from a recipe, which carries every key: "
+            "cp recipes/<recipe>.yaml params.yaml"
+        )
     return merged
+
+
+def _has_key(raw: dict[str, Any], dotted: str) -> bool:
+    node: Any = raw
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def format_override(key: str, value: Any) -> str:
