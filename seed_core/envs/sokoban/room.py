@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -212,6 +213,16 @@ def text_tiles(text: str) -> np.ndarray:
     if len({len(r) for r in rows}) != 1 or any(c not in codes for r in rows for c in r):
         raise ValueError(f"not a Sokoban grid (rows of {''.join(codes)} separated by single spaces): {text!r}")
     return np.array([[codes[c] for c in r] for r in rows], dtype=np.int8)
+
+
+def room_from_text(text: str) -> Room:
+    """The Room a stored observation (`Room.text()`) shows: what the solver needs to judge a step's state."""
+    tiles = text_tiles(text)
+    boxes = tuple((int(r), int(c)) for r, c in np.argwhere(np.isin(tiles, (BOX, BOX_ON_TARGET))))
+    (player,) = [(int(r), int(c)) for r, c in np.argwhere(np.isin(tiles, (PLAYER, PLAYER_ON_TARGET)))]
+    fixed = np.where(np.isin(tiles, (TARGET, BOX_ON_TARGET, PLAYER_ON_TARGET)), TARGET, tiles)
+    fixed = np.where(np.isin(fixed, (BOX, PLAYER)), FLOOR, fixed).astype(np.int8)
+    return Room(fixed, boxes, player)
 
 
 def grid_rgb(text: str, tile: int = 16) -> np.ndarray:
@@ -500,3 +511,52 @@ def solve(room: Room, max_states: int = 200_000) -> list[str] | None:
 def is_solvable(room: Room, max_states: int = 200_000) -> bool:
     """Whether `solve` finds a plan (False also when the search gives up: see `search`)."""
     return solve(room, max_states) is not None
+
+
+# ---------------------------------------------------------------- step labels (the credit probe's ground truth)
+
+STEP_LABELS = ("optimal", "wasted", "fatal", "lost")
+"""The solver's verdict on one move (`step_labels`)."""
+
+
+def step_labels(room: Room, actions: Sequence[str | None], max_states: int = 200_000) -> list[str]:
+    """The solver's verdict on each move of an episode played from `room`, one label per action:
+    - `optimal`: the move shortens the shortest plan by one (the winning move included);
+    - `wasted`: the room stays solvable and the plan is not shorter (a walk away, a bump, or an invalid answer:
+      None or any word that is not a move, which the environment plays as a no-op);
+    - `fatal`: the room was solvable before the move and is not after it (a push into a corner, say);
+    - `lost`: the room was already unsolvable (a fatal move came earlier): nothing this move does matters.
+    Actions after a win get no label (an episode ends on its win). A state the solver cannot decide within
+    `max_states` is a ValueError naming it: no room of the supported sizes comes near that budget."""
+    dist: dict = {}
+
+    def plan_length(state: Room) -> int | None:
+        key = state.state_key()
+        if key not in dist:
+            plan, decided = search(state, max_states)
+            if not decided:
+                raise ValueError(
+                    f"step_labels: the solver gave up after {max_states} states on a room with boxes at "
+                    f"{state.boxes}; raise max_states"
+                )
+            dist[key] = None if plan is None else len(plan)
+        return dist[key]
+
+    labels: list[str] = []
+    state = room
+    for action in actions:
+        if state.won:
+            break
+        before = plan_length(state)
+        nxt = state.moved(action)  # None or a non-move is the environment's no-op
+        after = plan_length(nxt)
+        if before is None:
+            labels.append("lost")
+        elif after is None:
+            labels.append("fatal")
+        elif after == before - 1:
+            labels.append("optimal")
+        else:
+            labels.append("wasted")
+        state = nxt
+    return labels
