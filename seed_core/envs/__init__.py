@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from seed_core.config import EnvConfig, Params, PrepareConfig
-    from seed_core.records import Trajectory
+    from seed_core.records import Skill, Trajectory
 
 TASK_SHORT = {
     "pick_and_place_simple": "pick",
@@ -88,6 +88,17 @@ class Environment(Protocol):
 
     def oracle(self, max_chars: int | None = None):
         """The oracle teacher: hindsight skills from trajectories (`complete_trajectories`)."""
+        ...
+
+    def step_labels(self, traj: Trajectory) -> list[str] | None:
+        """The solver's verdict on each step of `traj` (`optimal`, `wasted`, `fatal`, `lost`: Sokoban's
+        `room.step_labels`), the ground truth of the credit probe; None where the environment has no solver."""
+        ...
+
+    def check_skill(self, traj: Trajectory, skill: Skill):
+        """What a parsed skill claims about `traj` (its outcome, the moves it lists), checked against the episode
+        and the solver: an object with `consistent`, `outcome`, `move_lists`, `move_lists_true` (Sokoban's
+        `oracle.SkillCheck`); None where the environment has no solver."""
         ...
 
     def key_names(self, traj: Trajectory) -> list[str]:

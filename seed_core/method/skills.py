@@ -19,6 +19,7 @@ Departures from the paper, where it is silent or we add safety:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -292,6 +293,54 @@ def analyze(
             )
         )
     return skills, stats
+
+
+def shuffled_skills(trajectories: Sequence[Trajectory], skills: Sequence[Skill | None]) -> list[Skill | None]:
+    """The shuffled-skill control: each trajectory gets a skill written for another game. The batch's games are
+    taken in order of first appearance and rotated by one: the k-th trajectory of game i gets the k-th skill
+    (cycling) of game i + 1, so every skill keeps its form and length and loses its content. The record is the
+    source's text, relabelled for the trajectory it now goes with (`producer` "shuffled:<source producer>").
+    Fewer than two games is a ValueError: there is no other room to take a skill from."""
+    games: dict[str, list[Skill | None]] = {}
+    for t, s in zip(trajectories, skills):
+        games.setdefault(t.game_id, []).append(s)
+    order = list(games)
+    if len(order) < 2:
+        raise ValueError(f"shuffled skills need trajectories of two games or more, got {len(order)}")
+    nth: dict[str, int] = {}
+    out: list[Skill | None] = []
+    for t in trajectories:
+        k = nth[t.game_id] = nth.get(t.game_id, -1) + 1
+        donor = games[order[(order.index(t.game_id) + 1) % len(order)]]
+        src = donor[k % len(donor)]
+        out.append(
+            None
+            if src is None
+            else dataclasses.replace(
+                src, traj_id=t.traj_id, game_id=t.game_id, outcome=outcome(t), producer=f"shuffled:{src.producer}"
+            )
+        )
+    return out
+
+
+def consistency_metrics(env, trajectories: Sequence[Trajectory], skills: Sequence[Skill]) -> dict[str, float]:
+    """Whether parsed skills say true things of their episodes (`Environment.check_skill`): the share that make at
+    least one checkable claim and no false one (`skills/consistent`), the share of outcome claims that are true,
+    and the share of stated move lists that are true; {} where the environment cannot check (ALFWorld) or no skill
+    parsed; a share with nothing to count (no outcome claim, no move list) is left out. A skill that parses but
+    lies is not a success."""
+    checks = [env.check_skill(t, s) for t, s in zip(trajectories, skills) if s.parse_status in PARSED]
+    checks = [c for c in checks if c is not None]
+    if not checks:
+        return {}
+    outcomes = [c.outcome for c in checks if c.outcome is not None]
+    lists = sum(c.move_lists for c in checks)
+    out = {"skills/consistent": sum(c.consistent for c in checks) / len(checks)}
+    if outcomes:
+        out["skills/outcome_true"] = sum(outcomes) / len(outcomes)
+    if lists:
+        out["skills/move_lists_true"] = sum(c.move_lists_true for c in checks) / lists
+    return out
 
 
 # ---------------------------------------------------------------- oracle answers

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -13,10 +14,11 @@ from seed_core.method.skills import (
     parse_skill,
     prompt_hash,
     serialize_trajectory,
+    shuffled_skills,
     step_returns,
 )
 from seed_core.method.teachers import TeacherAnswer, TeacherStats
-from seed_core.records import Step, Trajectory
+from seed_core.records import Skill, Step, Trajectory
 
 GOOD = '{"episode_summary": "found it", "episode_skill": "Check the shelves before the toilet."}'
 
@@ -277,3 +279,26 @@ def test_analyze_counts_truncated_skills():
     huge = json.dumps({"episode_skill": "x" * 500})
     skills, stats = analyze([_task_traj("a")], ScriptedTeacher({"a": [huge]}), max_skill_chars=50)
     assert skills[0].skill == "x" * 50 and stats.truncated == 1
+
+
+def test_shuffled_skills_give_every_trajectory_another_games_skill():
+    trajs = [dataclasses.replace(_traj(f"t{g}{k}", won=k == 0), game_id=f"g{g}") for g in range(3) for k in range(2)]
+    trajs.append(dataclasses.replace(_traj("t30"), game_id="g3"))  # a game with one trajectory
+    skills = [
+        Skill(t.traj_id, t.game_id, t.task_type, "success", f"sum {t.traj_id}", f"rule of {t.traj_id}", "ok", "",
+              "policy:u0000", "h")
+        for t in trajs
+    ]  # fmt: skip
+    skills[2] = None  # g1's first trajectory has no skill: whoever takes it gets none
+    out = shuffled_skills(trajs, skills)
+    # game i takes game i+1's k-th skill (cycling); the last game takes the first game's
+    assert [s.skill if s else None for s in out] == [
+        None, "rule of t11", "rule of t20", "rule of t21", "rule of t30", "rule of t30", "rule of t00",
+    ]  # fmt: skip
+    for t, s in zip(trajs, out):
+        if s is not None:
+            assert s.traj_id == t.traj_id and s.game_id == t.game_id and s.producer == "shuffled:policy:u0000"
+            assert s.outcome == ("success" if t.won else "failure")
+            assert not s.skill.startswith(f"rule of t{t.game_id[1]}")  # never its own room's
+    with pytest.raises(ValueError, match="two games or more"):
+        shuffled_skills(trajs[:2], skills[:2])

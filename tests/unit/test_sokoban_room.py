@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 from seed_core.envs.sokoban import room as room_module
+from seed_core.envs.sokoban.env import Sokoban
 from seed_core.envs.sokoban.oracle import (
     Push,
     SokobanOracleTeacher,
     analyze_episode,
+    check_skill,
     failure_answer,
     success_answer,
 )
@@ -27,10 +29,13 @@ from seed_core.envs.sokoban.room import (
     check_room_params,
     generate_room,
     is_solvable,
+    room_from_text,
     search,
     solve,
+    step_labels,
 )
-from seed_core.records import DataError, Step, Trajectory
+from seed_core.method.skills import consistency_metrics
+from seed_core.records import DataError, Skill, Step, Trajectory
 
 # symbol -> (fixed tile, box here, player here)
 _MAP = {
@@ -429,6 +434,112 @@ def test_oracle_replays_invalid_steps_as_no_ops_and_refuses_a_changed_room():
         teacher.analyze(trajectory(4, plan[:-1], True))
     with pytest.raises(DataError, match="not a room seed"):
         teacher.analyze_trajectory(Trajectory("t", "kitchen-3", "train", "sokoban", "", "g", 0, False, 0, 0, 0))
+
+
+# ---------------------------------------------------------------- step labels and skill checks
+
+
+def test_step_labels_optimal_wasted_invalid_and_the_winning_move():
+    room = room_from_map(*WALL_ROOM)  # shortest plan: down, right, up, up
+    # left walks away (5 to go), right comes back (4), an invalid answer changes nothing, then the plan; the
+    # move after the win gets no label
+    labels = step_labels(room, ["left", "right", None, "down", "right", "up", "up", "left"])
+    assert labels == ["wasted", "optimal", "wasted", "optimal", "optimal", "optimal", "optimal"]
+
+
+def test_step_labels_a_bump_a_push_into_a_corner_and_what_follows():
+    room = room_from_map(*WALL_ROOM)
+    # right bumps the box into the wall, up and right walk away, down pushes the box into the corner (4, 4);
+    # after that no move can matter
+    labels = step_labels(room, ["right", "up", "right", "down", "down", "bogus"])
+    assert labels == ["wasted", "wasted", "wasted", "fatal", "lost", "lost"]
+    assert step_labels(room, []) == []
+
+
+def test_step_labels_agree_with_the_solver_plan_on_generated_rooms():
+    for seed in range(20):
+        room = generate_room(seed)
+        plan = solve(room)
+        assert step_labels(room, plan) == ["optimal"] * len(plan)
+
+
+def test_room_from_text_reads_back_every_state_of_a_plan():
+    for seed in range(10):
+        room = generate_room(seed)
+        for action in [*solve(room), "up"]:
+            assert room_from_text(room.text()) == room
+            room = room.moved(action)
+    on_target = room_from_map("#####", "#S_X#", "#___#", "#####")  # the player on the target
+    assert room_from_text(on_target.text()) == on_target
+    with pytest.raises(ValueError, match="at least one"):
+        room_from_text(on_target.text().replace("X", "_"))  # no box: not a room
+
+
+def won_episode() -> tuple[Room, list[str], object]:
+    room = room_from_map(*WALL_ROOM)
+    actions = ["down", "right", "up", "up"]
+    return room, actions, analyze_episode(room, actions)
+
+
+def test_check_skill_accepts_true_claims_and_the_oracles_own_answer():
+    room, actions, a = won_episode()
+    ok = check_skill("Success. Walk below the box, then push it: down, right, up, up.", room, actions, a)
+    assert ok.outcome is True and (ok.move_lists, ok.move_lists_true) == (1, 1) and ok.consistent
+    answer = success_answer(a)
+    own = check_skill(f"{answer['episode_summary']}\n{answer['episode_skill']}", room, actions, a)
+    assert own.consistent and own.move_lists >= 1
+    # a lost episode: the plan left from its last state is a true claim, a made-up plan is not
+    lost = analyze_episode(room, ["left", "right", "left"])
+    text = failure_answer(lost)["episode_skill"]  # "... the room still needed 5 more step(s): down, right, ..."
+    check = check_skill(text, room, ["left", "right", "left"], lost)
+    assert check.outcome is True and check.move_lists_true == check.move_lists >= 1 and check.consistent
+
+
+def test_check_skill_flags_false_outcomes_false_plans_and_empty_claims():
+    room, actions, a = won_episode()
+    assert check_skill("Failure: the box got stuck.", room, actions, a).outcome is False
+    assert check_skill("Success, then failure.", room, actions, a).outcome is False  # both claimed
+    wrong = check_skill("Success in 3 steps with: down, left, left.", room, actions, a)
+    assert wrong.outcome is True and (wrong.move_lists, wrong.move_lists_true) == (1, 0) and not wrong.consistent
+    empty = check_skill("Always think before you move.", room, actions, a)
+    assert empty.outcome is None and empty.move_lists == 0 and not empty.consistent
+    # "never reached" is a failure claim, not a success
+    assert check_skill("The box never reached the target.", room, actions, a).outcome is False
+
+
+def test_the_oracles_answers_are_consistent_on_random_episodes():
+    rng = np.random.default_rng(0)
+    teacher, short = SokobanOracleTeacher((6, 6), 1), SokobanOracleTeacher((6, 6), 1, max_chars=300)
+    for seed in range(60):
+        room, actions = generate_room(seed), []
+        while len(actions) < 15 and not room.won:  # random moves and invalid answers, now and then the solver's
+            plan = solve(room)
+            actions.append(plan[0] if plan and rng.random() < 0.3 else str(rng.choice([*ACTIONS, "bogus"])))
+            room = room.moved(actions[-1])
+        traj = trajectory(seed, actions, room.won, valid=[a in ACTIONS for a in actions])
+        for t in (teacher, short):
+            answer = json.loads(t.analyze_trajectory(traj))
+            assert t.check_skill(traj, f"{answer['episode_summary']}\n{answer['episode_skill']}").consistent, answer
+
+
+def test_consistency_metrics_over_a_batch_of_skills():
+    seed = 4
+    plan = solve(generate_room(seed))
+    won = trajectory(seed, plan, True)
+
+    def skill(summary: str, text: str, status: str = "ok") -> Skill:
+        return Skill(won.traj_id, won.game_id, "sokoban", "success", summary, text, status, "", "test", "")
+
+    skills = [
+        skill("Success.", "Push it: " + ", ".join(plan) + "."),  # true outcome, true plan
+        skill("Failure.", "Push it: " + ", ".join(plan) + "."),  # false outcome
+        skill("Success.", "Go: up, up, up, up."),  # a false plan (up x4 does not win room 4)
+        skill("", "", "failed"),  # not parsed: not counted
+    ]
+    assert not generate_room(seed).moved("up").moved("up").moved("up").moved("up").won
+    m = consistency_metrics(Sokoban(), [won] * 4, skills)
+    assert m == {"skills/consistent": 1 / 3, "skills/outcome_true": 2 / 3, "skills/move_lists_true": 2 / 3}
+    assert consistency_metrics(Sokoban(), [won], [skills[-1]]) == {}
 
 
 def test_modules_import_without_torch():

@@ -63,6 +63,14 @@ class Alfworld:
 
         return OracleTeacher(self.root, max_chars)
 
+    def step_labels(self, traj) -> None:
+        """No solver judges ALFWorld steps: the credit probe needs Sokoban."""
+        return None
+
+    def check_skill(self, traj, skill) -> None:
+        """No solver to check an ALFWorld skill's claims against (`key_names` is the nearest check)."""
+        return None
+
     def key_names(self, traj) -> list[str]:
         """Receptacles where an instance of the task's target object starts, from the game file."""
         self._facts_oracle = self._facts_oracle or self.oracle()

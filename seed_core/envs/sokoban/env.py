@@ -18,7 +18,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from seed_core.envs import EnvState, GameEntry
-from seed_core.envs.sokoban.room import ACTIONS, Room, generate_room, solve
+from seed_core.envs.sokoban.room import ACTIONS, Room, generate_room, solve, step_labels
 from seed_core.method.prompts import PERCEPTION_PROMPT, SOKOBAN_TASK, sokoban_step_prompt
 from seed_core.records import DataError, write_json
 
@@ -96,6 +96,7 @@ class Sokoban:
     def __init__(self, dim: tuple[int, int] = (6, 6), num_boxes: int = 1):
         self.dim, self.num_boxes = tuple(dim), num_boxes
         self._pool = SokobanPool(self.dim, num_boxes)  # a room cache shared by manifests and expert replay
+        self._judge = None  # the oracle that replays episodes for `check_skill`, made on first use
 
     def write_manifests(self, cfg, manifest_dir: Path) -> dict[str, int]:
         """Seeded, sorted seed samples: train and warmup from TRAIN_SEEDS (disjoint), the validation panels
@@ -212,6 +213,16 @@ class Sokoban:
         from seed_core.envs.sokoban.oracle import SokobanOracleTeacher
 
         return SokobanOracleTeacher(self.dim, self.num_boxes, max_chars)
+
+    def step_labels(self, traj) -> list[str]:
+        """The solver's verdict on each step (`room.step_labels`); an invalid answer is the no-op it played."""
+        actions = [s.action if s.valid else None for s in traj.steps]
+        return step_labels(self._pool.room(seed_of(traj.game_id)), actions)
+
+    def check_skill(self, traj, skill):
+        """`oracle.check_skill` of the skill's summary and rule against the episode."""
+        self._judge = self._judge or self.oracle()
+        return self._judge.check_skill(traj, f"{skill.summary}\n{skill.skill}")
 
     def key_names(self, traj) -> list[str]:
         """The target cells, as the oracle's skills write them ("(3, 2)")."""

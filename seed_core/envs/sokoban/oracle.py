@@ -24,6 +24,7 @@ generator or the rules changed since the rollout.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -320,6 +321,57 @@ def failure_answer(a: EpisodeAnalysis, max_chars: int | None = None) -> dict[str
     return budgeted_answer(summary, parts, max_chars)
 
 
+# ---------------------------------------------------------------- checking what a skill claims
+
+_MOVE_LIST = re.compile(r"\b(?:up|down|left|right)\b(?:\s*,\s*(?:and\s+)?(?:up|down|left|right)\b)+", re.I)
+_SUCCESS = re.compile(r"\bsuccess\w*|(?<!never )(?<!never all )\breached\b|\bsolved\b|\bwon\b", re.I)
+_FAILURE = re.compile(r"\bfail\w*|\bdecisive mistake\b|\bnever (?:all )?reached\b|\bunsolvable\b", re.I)
+
+
+@dataclass(frozen=True)
+class SkillCheck:
+    """What a skill (its summary and rule) claims about its episode, checked against the replay and the solver."""
+
+    outcome: bool | None  # the claimed outcome is the recorded one; None: no claim (or both claimed: False)
+    move_lists: int  # lists of two or more moves the text states
+    move_lists_true: int  # of which: the moves played, or a plan that wins from the start or from the last state
+
+    @property
+    def consistent(self) -> bool:
+        """At least one claim, and every claim true: a skill that parses but states nothing checkable, or anything
+        false, is not consistent."""
+        claims = (self.outcome is not None) + self.move_lists
+        return claims > 0 and self.outcome is not False and self.move_lists_true == self.move_lists
+
+
+def _wins(room: Room, moves: Sequence[str]) -> bool:
+    for m in moves:
+        room = room.moved(m)
+    return room.won
+
+
+def check_skill(text: str, room: Room, actions: Sequence[str | None], a: EpisodeAnalysis) -> SkillCheck:
+    """Check `text` (summary and skill together) against the episode played from `room` with `actions` (None: an
+    invalid answer) and its replay `a`: the outcome it claims (words of success: success, reached, solved, won;
+    of failure: fail..., decisive mistake, never reached, unsolvable; both kinds at once is a false claim), and
+    every list of two or more moves it states, which is true when it is the moves the episode made (those that
+    changed the room, or every move it sent) or a plan that wins the room from its start or (a lost episode) from
+    its last state."""
+    said_won, said_lost = bool(_SUCCESS.search(text)), bool(_FAILURE.search(text))
+    outcome = None if not (said_won or said_lost) else (said_won != said_lost and said_won == a.won)
+    end = room
+    for m in actions:
+        end = end.moved(m) if not end.won else end
+    sent = [m for m in actions if m in ACTIONS]
+    lists = [
+        [w.lower() for w in re.findall(r"up|down|left|right", m.group(0), re.I)]
+        for m in _MOVE_LIST.finditer(text)
+        if not text[: m.start()].lower().endswith("one of ")  # the answer format: "exactly one of up, down, ..."
+    ]
+    true = sum(ms in (list(a.effective), sent) or _wins(room, ms) or (not a.won and _wins(end, ms)) for ms in lists)
+    return SkillCheck(outcome, len(lists), true)
+
+
 class SokobanOracleTeacher:
     """Hindsight skills for Sokoban trajectories (no model, no network): rooms regenerated from their seeds with
     `dim` and `num_boxes` (the rollout's env.sokoban_dim / env.sokoban_boxes).
@@ -360,6 +412,11 @@ class SokobanOracleTeacher:
         a = self.analyze(traj)
         answer = (success_answer if a.won else failure_answer)(a, self.max_chars)
         return json.dumps(answer, ensure_ascii=False)
+
+    def check_skill(self, traj: Trajectory, text: str) -> SkillCheck:
+        """`check_skill` of `text` (a skill's summary and rule) against `traj` replayed in its room."""
+        actions = [s.action if s.valid else None for s in traj.steps]
+        return check_skill(text, self.room(traj.game_id), actions, self.analyze(traj))
 
     def complete_trajectories(self, trajectories: Sequence[Trajectory]) -> list[TeacherAnswer | None]:
         """One answer per trajectory, in order (never None: the oracle always answers)."""
