@@ -8,14 +8,14 @@ different samples (a GRPO group). An episode ends when it is won or after `max_s
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tqdm import tqdm
 
 from seed_core.config import EnvConfig, SamplingConfig
 from seed_core.envs import TASK_TYPES, GameEntry, GamePool, observation_image
-from seed_core.method.prompts import CLOSED_ACTIONS, parse_response, step_prompter
+from seed_core.method.prompts import CLOSED_ACTIONS, inject_skill, parse_response, step_prompter
 from seed_core.policy import Policy
 from seed_core.records import Step, Trajectory
 
@@ -49,10 +49,13 @@ def play(
     seed: int,
     tag: str,
     progress: bool = True,
+    skill: Callable[[GameEntry, str], str | None] | None = None,
 ) -> list[Trajectory]:
     """Play `group_size` episodes of each game; returns one Trajectory per episode, in (game, sample) order.
 
-    `tag` names the batch (e.g. `eval/greedy/valid_seen` or `rl/u0003`) and prefixes group ids.
+    `tag` names the batch (e.g. `eval/greedy/valid_seen` or `rl/u0003`) and prefixes group ids. `skill` (the teacher
+    uplift probe; never RL or evaluation) gives a skill for (game, current observation), placed in the step prompt
+    as SEED's teacher context places it; the steps record the prompts as played.
     """
     episodes = [_Episode(g, f"{tag}:{g.game_id}", k) for g in games for k in range(group_size)]
     for ep, s in zip(episodes, pool.reset([e.game.game_id for e in episodes])):
@@ -68,6 +71,9 @@ def play(
             step_prompt(ep.task, ep.observation, list(ep.actions), ep.history, env.history_length)
             for ep in (episodes[i] for i in live)
         ]
+        if skill is not None:
+            hints = [skill(episodes[i].game, episodes[i].observation) for i in live]
+            prompts = [p if h is None else inject_skill(p, h) for p, h in zip(prompts, hints)]
         images = [observation_image(env, episodes[i].observation) for i in live]
         gens = policy.generate(
             prompts,

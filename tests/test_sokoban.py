@@ -9,7 +9,7 @@ import torch
 from seed_core.config import ConfigError, params_from_dict
 from seed_core.envs import environment
 from seed_core.envs.sokoban.env import EVAL_SEEDS, TRAIN_SEEDS
-from seed_core.envs.sokoban.room import generate_room, solve
+from seed_core.envs.sokoban.room import generate_room, room_from_text, solve
 from seed_core.policy import Generation
 from seed_core.records import DataError
 from seed_core.rollout import play, summarize
@@ -161,6 +161,12 @@ def test_one_rl_update_per_method_on_sokoban(method, advantage, tiny_model_dir, 
     assert "loss/pg" in out and "val/success_rate" in out and out["rollout/episode_length"] == 3
     skills = [json.loads(x) for x in (tmp_path / "run" / "epoch_001" / "skills.jsonl").read_text().splitlines()]
     assert len(skills) == (0 if method == "grpo" else 4)
+    # the solver judges every step: invalid answers in a solvable room are wasted, so no AUC has a pair to rank
+    assert out["credit/optimal_frac"] == 0.0 and not any(k.startswith("credit/auc") for k in out)
+    for x in skills:
+        assert [s["label"] for s in x["rescore"]["steps"]] == ["wasted"] * 3
+        # a step re-scored with a skill keeps its Δ (SDAR's fixed skill always parses; the tiny model's never do)
+        assert ("delta_action_mean" in x["rescore"]["steps"][0]) == (method == "sdar")
     if method == "sdar":
         assert all("never push a box into a corner" in x["skill"].lower() for x in skills)
         assert out["opd/active_token_ratio"] > 0 and changed
@@ -173,3 +179,83 @@ def test_a_run_fingerprint_survives_its_json_round_trip(tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"weights")
     fp = fingerprint(sokoban_params(), tmp_path)
     assert json.loads(json.dumps(fp)) == fp and fp["params"]["env"]["sokoban_dim"] == [6, 6]
+
+
+class SolverPolicy:
+    """Answers Sokoban step prompts with the solver's move where `follow(prompt, call)` says so, else `up`; any other
+    prompt (the analyzer's) gets a non-answer. Token ids come from the real tokenizer, so the answers re-score."""
+
+    def __init__(self, tok, follow):
+        self.tok, self.follow, self.calls = tok, follow, 0
+
+    def generate(self, prompts, **kw):
+        out = []
+        for p in prompts:
+            self.calls += 1
+            head, sep, rest = p.partition("Your current observation is:\n")
+            if not sep:
+                text = "no skill"
+            else:
+                plan = solve(room_from_text(rest.split("\nYour admissible actions")[0]))
+                move = plan[0] if plan and self.follow(p, self.calls) else "up"
+                text = f"<think>I move.</think>\n<action>{move}</action>"
+            ids = self.tok.encode(text, add_special_tokens=False)
+            out.append(Generation(text, ids, [-1.0] * len(ids), True))
+        return out
+
+
+def probe_setup(tiny_model_dir, tmp_path):
+    from seed_core.method.update import Trainer
+    from seed_core.models import load_for
+
+    p = sokoban_params(
+        model={"dtype": "float32"},
+        rollout={"max_new_tokens": 12, "batch_size": 8, "backend": "hf"},
+        rl={"method": "seed", "analyzer_max_new_tokens": 8},
+        teacher={"oracle_max_chars": 300},
+    )
+    env = environment(p)
+    env.write_manifests(p.prepare, tmp_path)
+    model, tok = load_for(tiny_model_dir, p.model)
+    return Trainer(model, tok, p, sampler_dir=tiny_model_dir, env=env), env, env.read_manifest(tmp_path / "train.json")
+
+
+def test_credit_probe_on_episodes_the_solver_labels(tiny_model_dir, tmp_path):
+    """Episodes that follow the solver two moves in three: the probe labels every step, GRPO's advantage is 0.5
+    within trajectories exactly, the oracle's skills cover every step and are consistent, and the tiny model's own
+    (unparseable) skills cover none."""
+    from seed_core.tools.probe import probe_credit
+
+    trainer, env, games = probe_setup(tiny_model_dir, tmp_path)
+    trainer.sampler = SolverPolicy(trainer.policy.tok, lambda _p, call: call % 3 != 0)
+    with env.open_pool(0) as pool:
+        c = probe_credit(trainer, env, pool, games[:4], group_size=2, seed=0, n_boot=50)
+    assert c["episodes"] == 8 and sum(c["labels"].values()) == c["steps"] > 0
+    assert c["labels"]["optimal"] > 0 and c["labels"]["wasted"] > 0
+    table = c["table"]
+    assert table["grpo/advantage"]["within"] == 0.5 and table["grpo/advantage"]["within_pairs"] > 0
+    assert table["oracle/delta"]["steps"] == c["steps"] and table["self/delta"]["steps"] == 0
+    assert c["skills"]["oracle"] == {"parse_rate": 1.0, "skills/consistent": 1.0, "skills/outcome_true": 1.0} | {
+        k: v for k, v in c["skills"]["oracle"].items() if k == "skills/move_lists_true"
+    }
+    assert c["skills"]["self"]["parse_rate"] == 0.0
+    row = table["oracle/delta_action"]
+    assert row["pooled_lo"] <= row["pooled"] <= row["pooled_hi"]
+
+
+def test_uplift_probe_puts_the_solvers_plan_in_the_prompt(tiny_model_dir, tmp_path):
+    """A policy that follows a plan only when the prompt's skill block holds one: the plain prompt and every
+    episode-level skill leave it at its plain success; the per-step plan hint wins every room."""
+    from seed_core.tools.probe import PLAN_HINT, probe_uplift
+
+    trainer, env, games = probe_setup(tiny_model_dir, tmp_path)
+    hint = PLAN_HINT.split("{")[0]
+    trainer.sampler = SolverPolicy(trainer.policy.tok, lambda p, _call: hint in p)
+    with env.open_pool(0) as pool:
+        u = probe_uplift(trainer, env, pool, games[:4], seed=0, n_boot=50)
+    rows = u["conditions"]
+    assert list(rows) == ["plain", "oracle", "self", "plan", "shuffled"]
+    assert rows["plan"]["success"] == 1.0 and rows["plan"]["uplift"] == 1.0 - rows["plain"]["success"]
+    for cond in ("oracle", "self", "shuffled"):
+        assert rows[cond]["success"] == rows["plain"]["success"] and rows[cond]["uplift"] == 0.0
+    assert rows["plain"]["success_lo"] <= rows["plain"]["success"] <= rows["plain"]["success_hi"]

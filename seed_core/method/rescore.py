@@ -83,3 +83,22 @@ def score_steps(
     for i, lp in zip(idx, scored):
         out[i] = lp
     return out
+
+
+def action_token_mask(tokenizer, response_ids: Sequence[int]) -> list[bool]:
+    """Which response tokens spell the action: those overlapping the text between the first `<action>` and the
+    next `</action>` (tags excluded). Every token when the response has no such pair (an invalid answer is judged
+    as a whole) or when the tokens decoded one by one do not add up to the decoded response (a character split
+    across tokens)."""
+    pieces = [tokenizer.decode([i]) for i in response_ids]
+    text = "".join(pieces).lower()
+    start = text.find("<action>")
+    end = text.find("</action>", start + len("<action>")) if start >= 0 else -1
+    if start < 0 or end < 0 or text != tokenizer.decode(list(response_ids)).lower():
+        return [True] * len(pieces)
+    start += len("<action>")
+    mask, pos = [], 0
+    for p in pieces:
+        mask.append(pos < end and pos + len(p) > start)
+        pos += len(p)
+    return mask

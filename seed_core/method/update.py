@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -38,11 +39,11 @@ from torch.nn.utils.rnn import pad_sequence
 
 from seed_core import distributed
 from seed_core.config import METHODS, Params, RLConfig
-from seed_core.envs import GameEntry, GamePool
+from seed_core.envs import Environment, GameEntry, GamePool
 from seed_core.method import advantages as adv
-from seed_core.method import losses
-from seed_core.method.rescore import StepTokens, score_steps, step_tokens
-from seed_core.method.skills import PARSED, analyze
+from seed_core.method import credit, losses
+from seed_core.method.rescore import StepTokens, action_token_mask, score_steps, step_tokens
+from seed_core.method.skills import PARSED, analyze, consistency_metrics
 from seed_core.method.teachers import PolicyTeacher
 from seed_core.models import freeze_vision, lora_config
 from seed_core.policy import Policy, warn_hf_only
@@ -92,11 +93,10 @@ class Batch:
 
 @dataclass
 class DeltaStats:
-    """Per step: how the skill moved pi_old's log-probs of the step's own tokens (teacher - pi_old)."""
+    """Per step with a skill: how the skill moved pi_old's log-probs of the step's own tokens."""
 
-    delta_sum: float
-    gate_sum: float  # sum of the method's own gate over the tokens
-    tokens: int
+    delta: torch.Tensor  # (n,) teacher - pi_old per response token, on the CPU
+    gate: torch.Tensor  # (n,) the method's gate per token
 
 
 class Trainer:
@@ -109,9 +109,14 @@ class Trainer:
         params: Params,
         fixed_skills: dict[str, str] | None = None,
         sampler_dir: Path | None = None,
+        env: Environment | None = None,
     ):
         """`sampler_dir`: the checkpoint `model` was loaded from; with `rollout.backend: vllm` the engine starts
-        from it (the LoRA adapters start at zero, so both serve the same weights until the first sync)."""
+        from it (the LoRA adapters start at zero, so both serve the same weights until the first sync).
+        `env`: the environment played; where its solver judges steps and skills (Sokoban), every update reports the
+        credit probe (`credit/*`) and skill consistency (`skills/consistent`), and the skill corpus keeps each
+        step's label."""
+        self.env = env
         self.cfg: RLConfig = params.rl
         self.params = params
         self.spec = method_spec(self.cfg.method)
@@ -209,10 +214,15 @@ class Trainer:
         t["time/update_s"] = time.perf_counter() - t0
         t["time/sync_s"] = self.sync_sampler()
 
+        labels = [self.env.step_labels(tr) for tr in trajs] if self.env is not None else None
+        actions = [action_token_mask(self.policy.tok, s.response_ids) for s in batch.steps]
         metrics = {**skill_metrics, **loss_metrics, **t, "memory/peak_rss_mb": peak_rss_mb()}
+        if labels is not None and None not in labels:
+            metrics |= credit_metrics(batch, deltas, actions, labels)
         if torch.cuda.is_available():
             metrics["memory/peak_cuda_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        return metrics, [c for part in distributed.gather(skill_corpus(batch, deltas, index)) for c in part]
+        corpus = skill_corpus(batch, deltas, actions, labels, index)
+        return metrics, [c for part in distributed.gather(corpus) for c in part]
 
     def close(self) -> None:
         """Shut down a vLLM sampler (the HF one needs nothing)."""
@@ -260,7 +270,9 @@ class Trainer:
         teacher = PolicyTeacher(self.sampler, f"policy:u{index:04d}", self.cfg.analyzer_max_new_tokens, stop=("}",))
         skills, stats = analyze(trajs, teacher, reask=False, max_skill_chars=self.cfg.max_skill_chars)
         lengths = [len(s.skill) for s in skills if s.parse_status in PARSED]
-        return skills, {  # over every rank's trajectories
+        # this rank's trajectories only: on one rank (the science runs) that is the whole update
+        checked = consistency_metrics(self.env, trajs, skills) if self.env is not None else {}
+        return skills, checked | {  # over every rank's trajectories
             "skills/parse_rate": _all_mean(stats.parse_rate * len(trajs), len(trajs)),
             "skills/length_chars": _all_mean(sum(lengths), len(lengths)),
             "skills/truncated": distributed.all_sum(stats.truncated),
@@ -289,23 +301,7 @@ class Trainer:
 
     def advantages(self, trajs: list[Trajectory], steps: list[StepTokens]) -> torch.Tensor:
         """(S,) advantage of each step: its trajectory's GRPO advantage, plus omega x GiGPO step advantage."""
-        groups = {g: i for i, g in enumerate(dict.fromkeys(t.group_id for t in trajs))}
-        returns = torch.tensor([t.episode_return for t in trajs], dtype=torch.float32)
-        group_ids = torch.tensor([groups[t.group_id] for t in trajs])
-        episode = adv.grpo_advantages(returns, group_ids, norm=self.cfg.adv_norm)  # (N,)
-        step_traj = torch.tensor([s.traj for s in steps])
-        per_step = episode[step_traj]
-        if self.cfg.advantage == "grpo":
-            return per_step
-        if self.cfg.advantage == "gigpo":
-            rewards = torch.tensor([trajs[s.traj].steps[s.step].reward for s in steps], dtype=torch.float32)
-            disc = adv.discounted_returns(rewards, step_traj, self.cfg.gigpo_gamma)
-            anchors = adv.anchor_ids(
-                [trajs[s.traj].group_id for s in steps], [trajs[s.traj].steps[s.step].observation for s in steps]
-            )
-            step_adv = adv.gigpo_step_advantages(disc, anchors, norm=self.cfg.adv_norm)
-            return adv.gigpo_advantages(per_step, step_adv, self.cfg.gigpo_omega)
-        raise ValueError(f"unknown rl.advantage {self.cfg.advantage!r}; valid: grpo, gigpo")
+        return step_advantages(trajs, steps, self.cfg)
 
     def _mini_batches(self, n_steps: int) -> int:
         """Optimizer steps per PPO epoch, the same on every rank: a rank takes its share of `mini_batch_steps`."""
@@ -446,22 +442,91 @@ class Trainer:
                 for j, (i, h) in enumerate(zip(ids, have)):
                     if h:
                         n = len(steps[j].response_ids)
-                        deltas[i] = DeltaStats(float(delta[j, :n].sum()), float(gate[j, :n].sum()), n)
+                        deltas[i] = DeltaStats(delta[j, :n].float().cpu(), gate[j, :n].float().cpu())
         return loss, stats, int(mask.sum()), deltas
 
 
-def skill_corpus(batch: Batch, deltas: dict[int, DeltaStats], index: int) -> list[dict]:
+def step_advantages(trajs: list[Trajectory], steps: list[StepTokens], cfg: RLConfig) -> torch.Tensor:
+    """(S,) advantage of each step under `cfg.advantage`: its trajectory's GRPO advantage broadcast to the step, or
+    that plus omega x GiGPO's anchor-state step advantage."""
+    groups = {g: i for i, g in enumerate(dict.fromkeys(t.group_id for t in trajs))}
+    returns = torch.tensor([t.episode_return for t in trajs], dtype=torch.float32)
+    group_ids = torch.tensor([groups[t.group_id] for t in trajs])
+    episode = adv.grpo_advantages(returns, group_ids, norm=cfg.adv_norm)  # (N,)
+    step_traj = torch.tensor([s.traj for s in steps])
+    per_step = episode[step_traj]
+    if cfg.advantage == "grpo":
+        return per_step
+    if cfg.advantage == "gigpo":
+        rewards = torch.tensor([trajs[s.traj].steps[s.step].reward for s in steps], dtype=torch.float32)
+        disc = adv.discounted_returns(rewards, step_traj, cfg.gigpo_gamma)
+        anchors = adv.anchor_ids(
+            [trajs[s.traj].group_id for s in steps], [trajs[s.traj].steps[s.step].observation for s in steps]
+        )
+        step_adv = adv.gigpo_step_advantages(disc, anchors, norm=cfg.adv_norm)
+        return adv.gigpo_advantages(per_step, step_adv, cfg.gigpo_omega)
+    raise ValueError(f"unknown rl.advantage {cfg.advantage!r}; valid: grpo, gigpo")
+
+
+def step_delta_means(d: DeltaStats, action: list[bool]) -> dict[str, float]:
+    """One step's mean Δ over all its response tokens and over its action tokens, and its mean gate."""
+    mask = torch.tensor(action, dtype=torch.bool)
+    return {
+        "delta_mean": float(d.delta.mean()),
+        "delta_action_mean": float(d.delta[mask].mean()) if mask.any() else float(d.delta.mean()),
+        "gate_mean": float(d.gate.mean()),
+    }
+
+
+def credit_metrics(
+    batch: Batch, deltas: dict[int, DeltaStats], actions: list[list[bool]], labels: list[list[str]]
+) -> dict[str, float]:
+    """The credit probe on this update's batch (`method.credit`, no intervals): pooled and within-trajectory AUC of
+    the step advantage the update trained on and, where steps have a skill, of Δ (all tokens, action tokens) and
+    the gate, for telling the solver's optimal moves from the others."""
+    optimal = torch.tensor([labels[s.traj][s.step] == "optimal" for s in batch.steps])
+    groups = torch.tensor([s.traj for s in batch.steps])
+    signals = {"advantage": batch.advantage.float()}
+    if deltas:
+        nan = {"delta_mean": math.nan, "delta_action_mean": math.nan, "gate_mean": math.nan}
+        per_step = [step_delta_means(deltas[i], actions[i]) if i in deltas else nan for i in range(len(batch.steps))]
+        for name, key in (("delta", "delta_mean"), ("delta_action", "delta_action_mean"), ("gate", "gate_mean")):
+            signals[name] = torch.tensor([p[key] for p in per_step], dtype=torch.float32)
+    out = {"credit/optimal_frac": float(optimal.float().mean()) if len(optimal) else 0.0}
+    for name, row in credit.credit_table(signals, optimal, groups, groups, n_boot=0).items():
+        for kind, key in (("pooled", "auc"), ("within", "auc_within")):
+            if not math.isnan(row[kind]):  # no pair to compare: left out, as JSON has no NaN
+                out[f"credit/{key}/{name}"] = row[kind]
+    return out
+
+
+def skill_corpus(
+    batch: Batch,
+    deltas: dict[int, DeltaStats],
+    actions: list[list[bool]],
+    labels: list[list[str] | None] | None,
+    index: int,
+) -> list[dict]:
     """One entry per analyzed trajectory: the skill, the episode it came from, and how far the skill moved pi_old's
-    log-probs of the episode's own response tokens (mean Δ = teacher - pi_old, mean gate of the method)."""
-    per_traj: dict[int, list[float]] = {}
-    for step, d in deltas.items():
-        acc = per_traj.setdefault(batch.steps[step].traj, [0.0, 0.0, 0])
-        acc[0], acc[1], acc[2] = acc[0] + d.delta_sum, acc[1] + d.gate_sum, acc[2] + d.tokens
+    log-probs of the episode's own response tokens (mean Δ = teacher - pi_old, mean gate of the method), in all
+    and per step: each step's solver label where the environment has a solver, and its Δ and gate where it was
+    re-scored with the skill, so a run can be probed after the fact."""
+    steps_of: dict[int, list[int]] = {}
+    for i, st in enumerate(batch.steps):
+        steps_of.setdefault(st.traj, []).append(i)
     out = []
-    for i, (traj, skill) in enumerate(zip(batch.trajs, batch.skills)):
+    for t, (traj, skill) in enumerate(zip(batch.trajs, batch.skills)):
         if skill is None:
             continue
-        dsum, gsum, n = per_traj.get(i, (0.0, 0.0, 0))
+        scored = [deltas[i] for i in steps_of.get(t, []) if i in deltas]
+        delta = torch.cat([d.delta for d in scored]) if scored else torch.zeros(0)
+        gate = torch.cat([d.gate for d in scored]) if scored else torch.zeros(0)
+        steps = [
+            {"step": batch.steps[i].step, "tokens": len(batch.steps[i].response_ids)}
+            | ({"label": labels[t][batch.steps[i].step]} if labels and labels[t] is not None else {})
+            | (step_delta_means(deltas[i], actions[i]) if i in deltas else {})
+            for i in steps_of.get(t, [])
+        ]
         out.append({
             "update": index,
             **dataclasses.asdict(skill),
@@ -469,7 +534,12 @@ def skill_corpus(batch: Batch, deltas: dict[int, DeltaStats], index: int) -> lis
                 "won": traj.won, "episode_return": traj.episode_return, "length": traj.length,
                 "invalid_count": traj.invalid_count, "task": traj.task, "actions": [s.action for s in traj.steps],
             },
-            "rescore": {"tokens": n, "delta_mean": dsum / n if n else 0.0, "gate_mean": gsum / n if n else 0.0},
+            "rescore": {
+                "tokens": len(delta),
+                "delta_mean": float(delta.mean()) if len(delta) else 0.0,
+                "gate_mean": float(gate.mean()) if len(gate) else 0.0,
+                "steps": steps,
+            },
         })  # fmt: skip
     return out
 

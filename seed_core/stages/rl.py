@@ -244,7 +244,7 @@ class RLRun:
 
         seed_everything(cfg.seed)
         model, self.tok = load_for(init_dir, params.model, full_finetune=cfg.lora_r is None)
-        self.trainer = Trainer(model, self.tok, params, fixed, sampler_dir=init_dir)
+        self.trainer = Trainer(model, self.tok, params, fixed, sampler_dir=init_dir, env=env)
         done = epoch_dirs(run_dir, cfg.epochs)
         if done:
             load_epoch(self.trainer, done[-1])

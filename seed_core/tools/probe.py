@@ -1,0 +1,278 @@
+"""`seed probe`: does SEED's signal carry credit, and does the skill-conditioned teacher know more than the student?
+
+Two measurements on one model and one set of Sokoban rooms, whose solver judges every step
+(`envs/sokoban/room.step_labels`: optimal, wasted, fatal, lost):
+
+1. **Credit.** Play `group_size` episodes of each room (a GRPO group), write a skill per episode from each skill
+   source, re-score every step's response under the plain and the skill-augmented prompt, and ask with what AUC
+   each method's per-step signal tells the optimal moves from the others (`method.credit`), pooled and within
+   trajectories:
+   - `grpo/advantage`, `gigpo/advantage`: the step advantages the update would train on;
+   - `<source>/delta`, `<source>/delta_action`, `<source>/gate`: SEED's Δ = log π(a|s, skill) − log π(a|s), as the
+     mean over the step's response tokens and over its action tokens, and the mean gate σ(β·Δ);
+   with skill sources `self` (the model as its own analyzer: what SEED uses), `oracle` (the solver-backed
+   teacher: SEED with a perfect analyzer, an upper bound) and `shuffled` (each trajectory gets another room's self
+   skill: the control, which must come out near 0.5).
+2. **Teacher uplift.** Play each room greedily with the plain prompt, then again with a skill in every step's
+   prompt: the oracle's skill of that first episode, the model's own skill of it, the solver's shortest plan from
+   the current state (the strongest hint a skill could give: an upper bound), and another room's oracle skill
+   (control). Success with and without, and the paired difference per room.
+
+Every figure has a 95 % percentile bootstrap interval over rooms. The table is printed and the whole result
+written as JSON (`--out`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from seed_core.config import Params
+from seed_core.envs import GameEntry, environment
+from seed_core.envs.sokoban.room import room_from_text, solve
+from seed_core.method import credit, losses
+from seed_core.method.rescore import action_token_mask, score_steps, step_tokens
+from seed_core.method.skills import PARSED, analyze, consistency_metrics, shuffled_skills
+from seed_core.method.update import Trainer, step_advantages
+from seed_core.models import load_for
+from seed_core.records import Skill, Trajectory, atomic_write_text, write_json
+from seed_core.rollout import play
+from seed_core.runtime import seed_everything
+
+SOURCES = ("self", "oracle", "shuffled")
+UPLIFT = ("plain", "oracle", "self", "plan", "shuffled")
+PLAN_HINT = "The shortest plan from this state: {plan}. Take its first move now."
+
+
+def _text(s: Skill | None) -> str | None:
+    return s.skill if s is not None and s.parse_status in PARSED else None
+
+
+def _interval(values: Sequence[float], clusters: Sequence[int], n: int, seed: int) -> tuple[float, float]:
+    """95 % percentile bootstrap interval of the mean of `values` over resampled `clusters`."""
+    ids = sorted(set(clusters))
+    if not values or n == 0:
+        return math.nan, math.nan
+    by = {c: [v for v, k in zip(values, clusters) if k == c] for c in ids}
+    g = torch.Generator().manual_seed(seed)
+    means = []
+    for _ in range(n):
+        draw = [ids[int(i)] for i in torch.randint(len(ids), (len(ids),), generator=g)]
+        pooled = [v for c in draw for v in by[c]]
+        means.append(sum(pooled) / len(pooled))
+    q = torch.tensor(means, dtype=torch.float64)
+    return float(torch.quantile(q, 0.025)), float(torch.quantile(q, 0.975))
+
+
+def self_skills(trainer: Trainer, trajs: list[Trajectory]) -> list[Skill]:
+    return trainer.analyze(trajs, 0)[0]
+
+
+def oracle_skills(env, params: Params, trajs: list[Trajectory]) -> list[Skill]:
+    return analyze(trajs, env.oracle(params.teacher.oracle_max_chars), max_skill_chars=params.rl.max_skill_chars)[0]
+
+
+def probe_credit(trainer: Trainer, env, pool, games: list[GameEntry], group_size: int, seed: int, n_boot: int) -> dict:
+    """Part 1 on `games` x `group_size` episodes sampled at `rollout.temperature`."""
+    params, cfg = trainer.params, trainer.cfg
+    t0 = time.perf_counter()
+    trajs = play(
+        trainer.sampler, pool, games, group_size=group_size, env=params.env, gen=params.rollout,
+        seed=seed, tag="probe",
+    )  # fmt: skip
+    labels = [env.step_labels(t) for t in trajs]
+    times = {"rollout_s": time.perf_counter() - t0}
+
+    t0 = time.perf_counter()
+    skills = {"self": self_skills(trainer, trajs), "oracle": oracle_skills(env, params, trajs)}
+    skills["shuffled"] = shuffled_skills(trajs, skills["self"])
+    times["analysis_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    policy, mb = trainer.policy, cfg.micro_batch_tokens
+    steps = step_tokens(policy, trajs, [None] * len(trajs), env=params.env)
+    plain = score_steps(policy, steps, "prompt", mb)
+    actions = [torch.tensor(action_token_mask(policy.tok, s.response_ids)) for s in steps]
+    optimal = torch.tensor([labels[s.traj][s.step] == "optimal" for s in steps])
+    groups = torch.tensor([s.traj for s in steps])
+    rooms = {g.game_id: i for i, g in enumerate(games)}
+    clusters = torch.tensor([rooms[trajs[s.traj].game_id] for s in steps])
+    signals = {
+        f"{kind}/advantage": step_advantages(trajs, steps, dataclasses.replace(cfg, advantage=kind))
+        for kind in ("grpo", "gigpo")
+    }
+    for source, chosen in skills.items():
+        with_skill = step_tokens(policy, trajs, [_text(s) for s in chosen], env=params.env)
+        teacher = score_steps(policy, with_skill, "teacher", mb)
+        rows = {"delta": [], "delta_action": [], "gate": []}
+        for lp, tp, act in zip(plain, teacher, actions):
+            if tp is None:  # no parsed skill: this source says nothing about the step
+                for v in rows.values():
+                    v.append(math.nan)
+                continue
+            delta = (tp - lp).float().cpu()
+            rows["delta"].append(float(delta.mean()))
+            rows["delta_action"].append(float(delta[act].mean()) if act.any() else float(delta.mean()))
+            rows["gate"].append(float(losses.opd_gate(delta, cfg.opd_beta, "sigmoid").mean()))
+        signals |= {f"{source}/{k}": torch.tensor(v) for k, v in rows.items()}
+    times["rescore_s"] = time.perf_counter() - t0
+
+    table = credit.credit_table(signals, optimal, groups, clusters, n_boot=n_boot, seed=seed)
+    counts = {k: sum(lab.count(k) for lab in labels) for k in ("optimal", "wasted", "fatal", "lost")}
+    skill_stats = {
+        source: {
+            "parse_rate": sum(_text(s) is not None for s in chosen) / len(chosen),
+            **consistency_metrics(env, trajs, chosen),
+        }
+        for source, chosen in skills.items()
+        if source != "shuffled"
+    }
+    return {
+        "episodes": len(trajs),
+        "success_rate": sum(t.won for t in trajs) / len(trajs),
+        "steps": len(steps),
+        "labels": counts,
+        "skills": skill_stats,
+        "table": table,
+        "time": times,
+        "trajectories": trajs,
+        "step_labels": labels,
+    }
+
+
+def plan_hint(game: GameEntry, observation: str) -> str | None:
+    """The solver's shortest plan from the state shown, as a skill-block hint; None once nothing is left."""
+    plan = solve(room_from_text(observation))
+    return PLAN_HINT.format(plan=", ".join(plan)) if plan else None
+
+
+def probe_uplift(trainer: Trainer, env, pool, games: list[GameEntry], seed: int, n_boot: int) -> dict:
+    """Part 2: greedy success on `games` with the plain prompt and with each kind of skill in the prompt."""
+    params = trainer.params
+    greedy = dataclasses.replace(params.rollout, temperature=0.0)
+
+    def run(tag: str, skill: Callable[[GameEntry, str], str | None] | None) -> list[Trajectory]:
+        return play(
+            trainer.sampler, pool, games, group_size=1, env=params.env, gen=greedy, seed=seed,
+            tag=f"uplift/{tag}", skill=skill,
+        )  # fmt: skip
+
+    t0 = time.perf_counter()
+    plain = run("plain", None)
+    oracle = oracle_skills(env, params, plain)
+    own = self_skills(trainer, plain)
+    by_game = {
+        "oracle": {t.game_id: _text(s) for t, s in zip(plain, oracle)},
+        "self": {t.game_id: _text(s) for t, s in zip(plain, own)},
+        "shuffled": {t.game_id: _text(s) for t, s in zip(plain, shuffled_skills(plain, oracle))},
+    }
+    played = {"plain": plain}
+    for cond in ("oracle", "self", "shuffled"):
+        played[cond] = run(cond, lambda g, _obs, m=by_game[cond]: m[g.game_id])
+    played["plan"] = run("plan", plan_hint)
+    rooms = list(range(len(games)))
+    base = [float(t.won) for t in plain]
+    out = {}
+    for cond in UPLIFT:
+        won = [float(t.won) for t in played[cond]]
+        lo, hi = _interval(won, rooms, n_boot, seed)
+        row = {"success": sum(won) / len(won), "success_lo": lo, "success_hi": hi}
+        if cond != "plain":
+            diff = [w - b for w, b in zip(won, base)]
+            dlo, dhi = _interval(diff, rooms, n_boot, seed)
+            row |= {"uplift": sum(diff) / len(diff), "uplift_lo": dlo, "uplift_hi": dhi}
+        steps = [s for t in played[cond] for s in t.steps]
+        row["invalid_rate"] = sum(not s.valid for s in steps) / max(len(steps), 1)
+        out[cond] = row
+    return {"rooms": len(games), "conditions": out, "time": {"play_s": time.perf_counter() - t0}}
+
+
+def run_probe(
+    params: Params,
+    model_dir: Path,
+    manifest: Path,
+    games: int,
+    group_size: int,
+    seed: int,
+    n_boot: int = 1000,
+    parts: Sequence[str] = ("credit", "uplift"),
+    out: Path | None = None,
+    traj_out: Path | None = None,
+) -> dict:
+    """Load `model_dir` as SEED's RL stage would (params.rl with `method: seed`), take the first `games` rooms of
+    `manifest`, and run the chosen parts; the result (without trajectories) goes to `out` as JSON, the credit
+    part's trajectories with their step labels to `traj_out` (JSON lines)."""
+    env = environment(params)
+    if env.name != "sokoban":
+        raise ValueError(
+            f"seed probe needs an environment whose solver labels every step: env.name is {env.name!r}; use a "
+            "Sokoban params file (recipes/sokoban.yaml)"
+        )
+    entries = env.read_manifest(manifest)[:games]
+    if len(entries) < 2:
+        raise ValueError(
+            f"seed probe needs two rooms or more (the shuffled control), got {len(entries)} from {manifest}"
+        )
+    params = dataclasses.replace(params, rl=dataclasses.replace(params.rl, method="seed"))
+    seed_everything(seed)
+    model, tok = load_for(model_dir, params.model, full_finetune=params.rl.lora_r is None)
+    trainer = Trainer(model, tok, params, sampler_dir=model_dir, env=env)
+    result: dict = {"model": str(model_dir), "manifest": str(manifest), "seed": seed, "group_size": group_size}
+    try:
+        with env.open_pool(params.env.workers) as pool:
+            if "credit" in parts:
+                result["credit"] = probe_credit(trainer, env, pool, entries, group_size, seed, n_boot)
+            if "uplift" in parts:
+                result["uplift"] = probe_uplift(trainer, env, pool, entries, seed, n_boot)
+    finally:
+        trainer.close()
+    if "credit" in result and traj_out is not None:
+        rows = [
+            {**dataclasses.asdict(t), "step_labels": lab}
+            for t, lab in zip(result["credit"]["trajectories"], result["credit"]["step_labels"])
+        ]
+        atomic_write_text(traj_out, "".join(json.dumps(r) + "\n" for r in rows))
+    if "credit" in result:
+        result["credit"] = {k: v for k, v in result["credit"].items() if k not in ("trajectories", "step_labels")}
+    if out is not None:
+        write_json(out, result)
+    return result
+
+
+def _ci(row: dict, key: str) -> str:
+    v, lo, hi = row[key], row.get(f"{key}_lo", math.nan), row.get(f"{key}_hi", math.nan)
+    if math.isnan(v):
+        return "n/a"
+    return f"{v:.3f} [{lo:.3f}, {hi:.3f}]" if not math.isnan(lo) else f"{v:.3f}"
+
+
+def format_result(result: dict) -> str:
+    """The printed tables: credit AUCs per signal, then uplift per condition."""
+    lines = []
+    if "credit" in result:
+        c = result["credit"]
+        lines += [
+            f"credit: {c['episodes']} episodes, success {c['success_rate']:.3f}, {c['steps']} steps {c['labels']}",
+            f"skills: {json.dumps(c['skills'])}",
+            f"{'signal':<24} {'pooled AUC [95% CI]':<26} {'within-trajectory AUC':<26} {'mean opt / other':<20}",
+        ]
+        for name, row in c["table"].items():
+            means = f"{row['mean_positive']:+.3f} / {row['mean_other']:+.3f}"
+            lines.append(f"{name:<24} {_ci(row, 'pooled'):<26} {_ci(row, 'within'):<26} {means:<20}")
+    if "uplift" in result:
+        u = result["uplift"]
+        lines += [
+            "",
+            f"uplift: {u['rooms']} rooms, greedy",
+            f"{'condition':<10} {'success [95% CI]':<26} {'paired uplift':<26} invalid",
+        ]
+        for cond, row in u["conditions"].items():
+            up = _ci(row, "uplift") if "uplift" in row else ""
+            lines.append(f"{cond:<10} {_ci(row, 'success'):<26} {up:<26} {row['invalid_rate']:.3f}")
+    return "\n".join(lines)
