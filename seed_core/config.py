@@ -249,14 +249,17 @@ class EvaluateConfig:
     """Seeds of the sampled mode; success is averaged over them."""
     generation: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.4))
     """The evaluate stage's decoding caps; its temperature is unused (each mode sets its own)."""
-    models: tuple[Literal["base", "perception", "warmup", "rl"], ...] = ("base", "warmup", "rl")
+    models: tuple[Literal["base", "perception", "warmup", "analyzer", "rl"], ...] = ("base", "warmup", "rl")
     """The pipeline's models (`models/<name>`) the evaluate stage scores, side by side. A sweep comparing RL
-    runs needs only `rl`: base and warm-up are the same in every run."""
+    runs needs only `rl`: base and warm-up are the same in every run. `analyzer` plays the Stage-1 model as a
+    policy: what learning to write skills cost its acting."""
 
     def __post_init__(self) -> None:
         _check(len(self.modes) >= 1, "evaluate.modes", "must list at least one of ['greedy', 'sampled']")
         _check(
-            len(self.models) >= 1, "evaluate.models", "must list at least one of ['base', 'perception', 'warmup', 'rl']"
+            len(self.models) >= 1,
+            "evaluate.models",
+            "must list at least one of ['base', 'perception', 'warmup', 'analyzer', 'rl']",
         )
         _check(self.sampled_runs >= 1, "evaluate.sampled_runs", f"must be >= 1, got {self.sampled_runs}")
         _check(self.temperature > 0, "evaluate.temperature", "must be > 0 (use mode `greedy` for T=0)")

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from seed_core.config import Params
 from seed_core.envs import Environment, environment, observation_image
-from seed_core.method.skills import PARSED, analyze
+from seed_core.method.skills import PARSED, analyze, consistency_metrics
 from seed_core.method.teachers import checkpoint_teacher
 from seed_core.models import resolve_device
 from seed_core.records import DataError, Skill, Trajectory, read_jsonl, write_jsonl, write_metrics
@@ -57,7 +57,9 @@ def names_in(text: str, names: Sequence[str]) -> set[str]:
 def skill_quality(
     trajs: Sequence[Trajectory], skills: Sequence[Skill], reference: dict[str, Skill], env: Environment
 ) -> dict[str, float | int | None]:
-    """Parse rate, token F1 and target-location hit of `skills` (one per trajectory) against `reference`."""
+    """Parse rate, token F1 and target-location hit of `skills` (one per trajectory) against `reference`, and where
+    the environment can check a skill's claims (Sokoban) whether they are true (`consistent`, `outcome_true`,
+    `move_lists_true`: `consistency_metrics`)."""
     parsed = [s.parse_status in PARSED for s in skills]
     f1s, hits = [], []
     for t, s, ok in zip(trajs, skills, parsed):
@@ -76,7 +78,7 @@ def skill_quality(
         if any(parsed)
         else 0.0,
         "location_eligible": len(hits),
-    }
+    } | {k.replace("skills/", ""): v for k, v in consistency_metrics(env, trajs, skills).items()}
 
 
 def measure_analyzer(
