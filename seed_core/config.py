@@ -224,6 +224,11 @@ class WarmupConfig:
     """LoRA scaling numerator: adapter updates are scaled by lora_alpha / lora_r."""
     max_seq_len: int = 1024
     """Prompt+response tokens per example; longer examples are dropped and counted (sft/data/dropped_too_long)."""
+    skill_hints: tuple[Literal["plan", "episode"], ...] = ()
+    """Sokoban: each expert step is also trained with a true hint in SEED's skill block, one example per kind, so the
+    policy learns to read the block: `plan` (the solver's plan from the step's state), `episode` (the oracle's skill
+    of the expert's own episode, as Stage 1 writes skills). Empty: plain prompts only. A departure, like the
+    warm-up itself."""
     perception_epochs: float = 0.0
     """Vision models only: epochs of perception SFT (image -> the room as text, on every state of the warm-up
     rooms' expert plans) before the behaviour cloning, written to models/perception; 0 skips it (models/perception

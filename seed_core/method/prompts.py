@@ -102,6 +102,9 @@ def sokoban_step_prompt(
     )
 
 
+SOKOBAN_PLAN_HINT = "The shortest plan from this state: {plan}. Take its first move now."
+"""The strongest hint a skill block could hold: the solver's plan from the current state (`Sokoban.plan_hint`)."""
+
 PERCEPTION_PROMPT = f"""{IMAGE_MARK}
 {SOKOBAN_IMAGE_LEGEND}
 Write the room as text, one row per line, cells separated by single spaces.

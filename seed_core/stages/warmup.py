@@ -9,6 +9,11 @@ same history, same window, same step cap), with a short templated `<think>` and 
 sized to make the policy valid most of the time while still losing most games, so RL has room to improve.
 Paper recipes turn it off (`warmup.enabled: false`), and the stage then passes the base model through.
 
+SEED's teacher is the policy reading a skill block, which a tiny model cloned on plain prompts ignores (even the
+solver's plan from the current state barely moved its moves). With `warmup.skill_hints` (Sokoban) every expert step
+is also trained with a true hint in that block: the solver's plan from the step's state, or the oracle's skill of
+the expert's own episode. A further departure, for the CPU setting only.
+
 A vision-language policy on image observations first learns to see (`warmup.perception_epochs`): an SFT from each
 state's image to the room's grid text, on every state of the warm-up rooms' expert plans, written to
 models/perception; the behaviour cloning then starts from it. Otherwise models/perception is the base model.
@@ -23,15 +28,54 @@ from pathlib import Path
 
 from seed_core.config import Params
 from seed_core.envs import environment, observation_image
+from seed_core.method.prompts import SOKOBAN_TASK, inject_skill, parse_response
+from seed_core.method.skills import parse_skill
 from seed_core.models import load_for, resolve_device
 from seed_core.policy import is_vision_dir
 from seed_core.policy.vision import check_observation
-from seed_core.records import publish_dir, write_metrics
+from seed_core.records import Step, Trajectory, publish_dir, write_metrics
 
 EVAL_GAMES = 2
 """Warm-up games whose steps are held out for the eval loss (not trained on); a WarmupConfig field candidate."""
 
 # ---------------------------------------------------------------- stage
+
+
+def with_skill_hints(examples: list[dict], kinds: tuple[str, ...], env, params: Params) -> list[dict]:
+    """`examples` followed by each expert step again with a true hint in the skill block, one copy per kind in
+    `kinds` (`warmup.skill_hints`): `plan`, the solver's plan from the step's state; `episode`, the oracle's skill of
+    the expert's own episode (won, every move optimal), written as the Stage-1 teacher writes skills."""
+    if not kinds:
+        return examples
+    if env.name != "sokoban":
+        raise ValueError(
+            f"params: `warmup.skill_hints` is {list(kinds)}, but only Sokoban's solver can write true hints for every "
+            f"step (env.name is {env.name!r}); set warmup.skill_hints: []"
+        )
+    episode: dict[str, str] = {}
+    if "episode" in kinds:
+        by_game: dict[str, list[dict]] = {}
+        for x in examples:
+            by_game.setdefault(x["game_id"], []).append(x)
+        trajs = [expert_trajectory(game, steps) for game, steps in by_game.items()]
+        answers = env.oracle(params.teacher.oracle_max_chars).complete_trajectories(trajs)
+        episode = {t.game_id: parse_skill(a.text).skill for t, a in zip(trajs, answers)}
+    out = list(examples)
+    for kind in kinds:
+        for x in examples:
+            hint = env.plan_hint(x["observation"]) if kind == "plan" else episode[x["game_id"]]
+            out.append({**x, "prompt": inject_skill(x["prompt"], hint), "hint": kind})
+    return out
+
+
+def expert_trajectory(game_id: str, steps: list[dict]) -> Trajectory:
+    """The won episode that the expert steps of one game (in order) make, as the oracle reads trajectories."""
+    actions = [parse_response(x["completion"])[0] for x in sorted(steps, key=lambda x: x["step"])]
+    return Trajectory(
+        traj_id=f"expert:{game_id}", game_id=game_id, split="train", task_type="sokoban", task=SOKOBAN_TASK,
+        group_id=f"expert:{game_id}", sample_idx=0, won=True, episode_return=0.0, length=len(actions),
+        invalid_count=0, steps=[Step("", [], "", a, [], [], a, True, 0.0, "") for a in actions],
+    )  # fmt: skip
 
 
 def link_model(src: Path, out_dir: Path) -> None:
@@ -158,6 +202,7 @@ def run_warmup(
             "raise env.max_steps or prepare.warmup_games"
         )
     train, held = split_eval(examples, EVAL_GAMES, cfg.seed)
+    train = with_skill_hints(train, cfg.skill_hints, env, params)  # the held-out loss stays the plain prompts'
     replay_s = time.perf_counter() - t0
     keys = ("prompt", "completion", "image") if params.env.observation != "text" else ("prompt", "completion")
     for x in examples:
@@ -184,7 +229,8 @@ def run_warmup(
         "warmup/games_skipped": sorted({e.game_id for e in entries} - kept),
         "warmup/train_games": len({x["game_id"] for x in train}),
         "warmup/eval_games": len({x["game_id"] for x in held}),
-        "warmup/train_steps": len(train),
+        "warmup/train_steps": sum("hint" not in x for x in train),
+        "warmup/train_hinted_steps": sum("hint" in x for x in train),
         "warmup/eval_steps": len(held),
         "time/replay_s": round(replay_s, 1),
         **{f"sft/{k}": v for k, v in sft.items()},

@@ -35,7 +35,6 @@ import torch
 
 from seed_core.config import Params
 from seed_core.envs import GameEntry, environment
-from seed_core.envs.sokoban.room import room_from_text, solve
 from seed_core.method import credit, losses
 from seed_core.method.rescore import action_token_mask, score_steps, step_tokens
 from seed_core.method.skills import PARSED, analyze, consistency_metrics, shuffled_skills
@@ -47,7 +46,6 @@ from seed_core.runtime import seed_everything
 
 SOURCES = ("self", "oracle", "shuffled")
 UPLIFT = ("plain", "oracle", "self", "plan", "shuffled")
-PLAN_HINT = "The shortest plan from this state: {plan}. Take its first move now."
 
 
 def _text(s: Skill | None) -> str | None:
@@ -146,12 +144,6 @@ def probe_credit(trainer: Trainer, env, pool, games: list[GameEntry], group_size
     }
 
 
-def plan_hint(game: GameEntry, observation: str) -> str | None:
-    """The solver's shortest plan from the state shown, as a skill-block hint; None once nothing is left."""
-    plan = solve(room_from_text(observation))
-    return PLAN_HINT.format(plan=", ".join(plan)) if plan else None
-
-
 def probe_uplift(trainer: Trainer, env, pool, games: list[GameEntry], seed: int, n_boot: int) -> dict:
     """Part 2: greedy success on `games` with the plain prompt and with each kind of skill in the prompt."""
     params = trainer.params
@@ -175,7 +167,7 @@ def probe_uplift(trainer: Trainer, env, pool, games: list[GameEntry], seed: int,
     played = {"plain": plain}
     for cond in ("oracle", "self", "shuffled"):
         played[cond] = run(cond, lambda g, _obs, m=by_game[cond]: m[g.game_id])
-    played["plan"] = run("plan", plan_hint)
+    played["plan"] = run("plan", lambda _g, obs: env.plan_hint(obs))
     rooms = list(range(len(games)))
     base = [float(t.won) for t in plain]
     out = {}

@@ -18,8 +18,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from seed_core.envs import EnvState, GameEntry
-from seed_core.envs.sokoban.room import ACTIONS, Room, generate_room, solve, step_labels
-from seed_core.method.prompts import PERCEPTION_PROMPT, SOKOBAN_TASK, sokoban_step_prompt
+from seed_core.envs.sokoban.room import ACTIONS, Room, generate_room, room_from_text, solve, step_labels
+from seed_core.method.prompts import PERCEPTION_PROMPT, SOKOBAN_PLAN_HINT, SOKOBAN_TASK, sokoban_step_prompt
 from seed_core.records import DataError, write_json
 
 TRAIN_SEEDS = range(0, 1_000_000)
@@ -208,6 +208,13 @@ class Sokoban:
                     }
                 )
         return examples
+
+    @staticmethod
+    def plan_hint(observation: str) -> str | None:
+        """The solver's shortest plan from the state `observation` shows, as a skill-block hint
+        (SOKOBAN_PLAN_HINT); None when the room is won or lost."""
+        plan = solve(room_from_text(observation))
+        return SOKOBAN_PLAN_HINT.format(plan=", ".join(plan)) if plan else None
 
     def oracle(self, max_chars: int | None = None):
         from seed_core.envs.sokoban.oracle import SokobanOracleTeacher
