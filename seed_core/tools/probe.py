@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import random
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -45,6 +46,7 @@ from seed_core.rollout import play
 from seed_core.runtime import seed_everything
 
 SOURCES = ("self", "oracle", "shuffled")
+RANDOM_RUNS = 200
 UPLIFT = ("plain", "oracle", "self", "plan", "shuffled")
 
 
@@ -185,6 +187,30 @@ def probe_uplift(trainer: Trainer, env, pool, games: list[GameEntry], seed: int,
     return {"rooms": len(games), "conditions": out, "time": {"play_s": time.perf_counter() - t0}}
 
 
+def probe_random(pool, games: list[GameEntry], max_steps: int, runs: int, seed: int, n_boot: int) -> dict:
+    """The chance baseline: uniformly random admissible moves, `runs` episodes per room of at most `max_steps`."""
+    rng = random.Random(seed)
+    wins = [0] * len(games)
+    for _ in range(runs):
+        states = dict(enumerate(pool.reset([g.game_id for g in games])))
+        for _ in range(max_steps):
+            live = {i: s for i, s in states.items() if not s.won}
+            if not live:
+                break
+            states |= pool.step({i: rng.choice(s.admissible_actions) for i, s in live.items()})
+        for i, s in states.items():
+            wins[i] += s.won
+    per_room = [w / runs for w in wins]
+    lo, hi = _interval(per_room, list(range(len(games))), n_boot, seed)
+    return {
+        "rooms": len(games),
+        "runs": runs,
+        "success": sum(per_room) / len(per_room),
+        "success_lo": lo,
+        "success_hi": hi,
+    }
+
+
 def run_probe(
     params: Params,
     model_dir: Path,
@@ -212,18 +238,21 @@ def run_probe(
             f"seed probe needs two rooms or more (the shuffled control), got {len(entries)} from {manifest}"
         )
     params = dataclasses.replace(params, rl=dataclasses.replace(params.rl, method="seed"))
-    seed_everything(seed)
-    model, tok = load_for(model_dir, params.model, full_finetune=params.rl.lora_r is None)
-    trainer = Trainer(model, tok, params, sampler_dir=model_dir, env=env)
     result: dict = {"model": str(model_dir), "manifest": str(manifest), "seed": seed, "group_size": group_size}
-    try:
-        with env.open_pool(params.env.workers) as pool:
-            if "credit" in parts:
-                result["credit"] = probe_credit(trainer, env, pool, entries, group_size, seed, n_boot)
-            if "uplift" in parts:
-                result["uplift"] = probe_uplift(trainer, env, pool, entries, seed, n_boot)
-    finally:
-        trainer.close()
+    with env.open_pool(params.env.workers) as pool:
+        if "random" in parts:
+            result["random"] = probe_random(pool, entries, params.env.max_steps, RANDOM_RUNS, seed, n_boot)
+        if {"credit", "uplift"} & set(parts):
+            seed_everything(seed)
+            model, tok = load_for(model_dir, params.model, full_finetune=params.rl.lora_r is None)
+            trainer = Trainer(model, tok, params, sampler_dir=model_dir, env=env)
+            try:
+                if "credit" in parts:
+                    result["credit"] = probe_credit(trainer, env, pool, entries, group_size, seed, n_boot)
+                if "uplift" in parts:
+                    result["uplift"] = probe_uplift(trainer, env, pool, entries, seed, n_boot)
+            finally:
+                trainer.close()
     if "credit" in result and traj_out is not None:
         rows = [
             {**dataclasses.asdict(t), "step_labels": lab}
@@ -247,6 +276,9 @@ def _ci(row: dict, key: str) -> str:
 def format_result(result: dict) -> str:
     """The printed tables: credit AUCs per signal, then uplift per condition."""
     lines = []
+    if "random" in result:
+        r = result["random"]
+        lines += [f"random moves: {r['rooms']} rooms x {r['runs']} episodes, success {_ci(r, 'success')}", ""]
     if "credit" in result:
         c = result["credit"]
         lines += [

@@ -1,4 +1,5 @@
-"""`warmup.skill_hints`: expert steps trained again with a true hint in SEED's skill block."""
+"""Calibration helpers: `warmup.skill_hints` (expert steps again with a true hint in the skill block) and the
+chance baseline of `seed probe` (uniformly random moves)."""
 
 from types import SimpleNamespace
 
@@ -44,3 +45,18 @@ def test_plan_and_episode_hints_are_true_of_each_step():
 def test_hints_need_sokobans_solver():
     with pytest.raises(ValueError, match=r"only Sokoban's solver .* set warmup.skill_hints: \[\]"):
         with_skill_hints([{"game_id": "g"}], ("plan",), SimpleNamespace(name="alfworld"), PARAMS)
+
+
+def test_random_moves_baseline_win_more_of_short_rooms():
+    from seed_core.tools.probe import probe_random
+
+    env = Sokoban()
+    rooms = [GameEntry(str(s), "train", "sokoban", generate_room(s).sha256()) for s in (3, 17, 6, 77)]
+    assert [len(solve(generate_room(int(r.game_id)))) for r in rooms][:2] == [1, 1]  # then two of 9+ moves
+    with env.open_pool(0) as pool:
+        both = probe_random(pool, rooms, 15, 100, seed=1, n_boot=100)
+        short = probe_random(pool, rooms[:2], 15, 100, seed=1, n_boot=100)
+        far = probe_random(pool, rooms[2:], 15, 100, seed=1, n_boot=100)
+        assert probe_random(pool, rooms, 15, 100, seed=1, n_boot=100) == both  # seeded
+    assert short["success"] > 0.25 > far["success"] and both["runs"] == 100 and both["rooms"] == 4
+    assert both["success_lo"] <= both["success"] <= both["success_hi"]
