@@ -1,8 +1,9 @@
 """`seed probe`: does SEED's signal carry credit, and does the skill-conditioned teacher know more than the student?
 
-Two measurements on one model and one set of Sokoban rooms, whose solver judges every step
+Measurements on one model and one set of Sokoban rooms, whose solver judges every step
 (`envs/sokoban/room.step_labels`: optimal, wasted, fatal, lost):
 
+0. **Chance.** Uniformly random moves, RANDOM_RUNS episodes per room: the success a start must beat.
 1. **Credit.** Play `group_size` episodes of each room (a GRPO group), write a skill per episode from each skill
    source, re-score every step's response under the plain and the skill-augmented prompt, and ask with what AUC
    each method's per-step signal tells the optimal moves from the others (`method.credit`), pooled and within
