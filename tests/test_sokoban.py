@@ -15,6 +15,7 @@ from seed_core.records import DataError
 from seed_core.rollout import play, summarize
 from seed_core.stages.rl import RLRun, fingerprint
 
+MANIFESTS = ("train", "warmup", "valid_seen", "valid_unseen")
 SOKOBAN = {
     "env": {"name": "sokoban", "max_steps": 15, "history_length": 2, "workers": 0},
     "prepare": {"train_games": 6, "warmup_games": 4, "valid_seen_games": 3, "valid_unseen_games": 2},
@@ -60,6 +61,21 @@ def test_manifests_are_seeds_from_disjoint_ranges(manifests):
     env.write_manifests(p.prepare, again)
     assert all((again / f"{n}.json").read_text() == (d / f"{n}.json").read_text() for n in games)
     assert games["train"][0].sha256 == generate_room(seeds["train"][0]).sha256()
+
+
+def test_more_warmup_rooms_leave_the_rl_and_held_out_rooms_as_they_were(tmp_path):
+    def rooms(warmup: int, valid: int) -> dict[str, list[str]]:
+        p = sokoban_params(prepare={"warmup_games": warmup, "valid_seen_games": valid})
+        out = tmp_path / f"w{warmup}-v{valid}"
+        environment(p).write_manifests(p.prepare, out)
+        return {n: [g["game_id"] for g in json.loads((out / f"{n}.json").read_text())["games"]] for n in MANIFESTS}
+
+    small, large, more_valid = rooms(4, 3), rooms(40, 3), rooms(4, 9)
+    assert small["train"] == large["train"] and set(small["warmup"]) < set(large["warmup"])
+    for name in ("valid_seen", "valid_unseen"):
+        assert small[name] == large[name]
+    assert small["train"] == more_valid["train"] and small["warmup"] == more_valid["warmup"]
+    assert set(small["valid_seen"]) < set(more_valid["valid_seen"] + more_valid["valid_unseen"])
 
 
 def test_bad_manifests_and_params_are_refused(manifests):

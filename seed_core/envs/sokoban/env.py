@@ -112,9 +112,12 @@ class Sokoban:
                 raise DataError(
                     f"params: `prepare.{name}_games` is {n}; Sokoban needs a count >= 0 (rooms are unbounded)"
                 )
-        rng = random.Random(cfg.seed)
-        train = rng.sample(TRAIN_SEEDS, counts["train"] + counts["warmup"])
-        evals = rng.sample(EVAL_SEEDS, counts["valid_seen"] + counts["valid_unseen"])
+        # one stream per seed range, and each sample a prefix of a longer one: more warm-up rooms leave the RL rooms
+        # and every held-out room as they were, so starts calibrated with other sizes compare on the same rooms
+        train = random.Random(f"sokoban-train-{cfg.seed}").sample(TRAIN_SEEDS, counts["train"] + counts["warmup"])
+        evals = random.Random(f"sokoban-eval-{cfg.seed}").sample(
+            EVAL_SEEDS, counts["valid_seen"] + counts["valid_unseen"]
+        )
         chosen = {
             "train": train[: counts["train"]],
             "warmup": train[counts["train"] :],
