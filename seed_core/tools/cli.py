@@ -37,12 +37,12 @@ def cmd_probe(args: argparse.Namespace) -> None:
     from seed_core.tools.probe import format_result, run_probe
 
     params = load_params(args.params)
-    manifest = Path(args.manifest)
+    manifests = [Path(m) for m in args.manifest]
     out = Path(args.out) if args.out else None
     trajectories = Path(args.trajectories) if args.trajectories else None
     try:
         result = run_probe(
-            params, Path(args.model), manifest, args.games, args.group_size, args.seed, args.bootstrap,
+            params, Path(args.model), manifests, args.games, args.group_size, args.seed, args.bootstrap,
             args.parts, out, trajectories,
         )  # fmt: skip
     except ValueError as e:
@@ -328,10 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--model", default="models/analyzer", help="checkpoint folder (default: models/analyzer)")
     pr.add_argument(
         "--manifest",
-        default="data/manifests/valid_seen.json",
-        help="rooms to play (default: data/manifests/valid_seen.json, held-out rooms)",
+        nargs="+",
+        default=["data/manifests/valid_seen.json", "data/manifests/valid_unseen.json"],
+        help="manifests whose rooms are played, in order (default: both held-out panels)",
     )
-    pr.add_argument("--games", type=int, default=16, help="rooms: the manifest's first N (default 16)")
+    pr.add_argument("--games", type=int, default=32, help="rooms: the manifests' first N (default 32)")
     pr.add_argument("--group-size", type=int, default=4, help="credit: episodes per room (default 4)")
     pr.add_argument("--seed", type=int, default=0, help="sampling and bootstrap seed (default 0)")
     pr.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples (default 1000; 0: none)")

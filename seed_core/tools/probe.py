@@ -215,7 +215,7 @@ def probe_random(pool, games: list[GameEntry], max_steps: int, runs: int, seed: 
 def run_probe(
     params: Params,
     model_dir: Path,
-    manifest: Path,
+    manifests: Sequence[Path],
     games: int,
     group_size: int,
     seed: int,
@@ -225,7 +225,7 @@ def run_probe(
     traj_out: Path | None = None,
 ) -> dict:
     """Load `model_dir` as SEED's RL stage would (params.rl with `method: seed`), take the first `games` rooms of
-    `manifest`, and run the chosen parts; the result (without trajectories) goes to `out` as JSON, the credit
+    the `manifests` (in order), and run the chosen parts; the result (without trajectories) goes to `out` as JSON, the credit
     part's trajectories with their step labels to `traj_out` (JSON lines)."""
     env = environment(params)
     if env.name != "sokoban":
@@ -233,13 +233,19 @@ def run_probe(
             f"seed probe needs an environment whose solver labels every step: env.name is {env.name!r}; use a "
             "Sokoban params file (recipes/sokoban.yaml)"
         )
-    entries = env.read_manifest(manifest)[:games]
+    entries = [e for m in manifests for e in env.read_manifest(m)][:games]
     if len(entries) < 2:
         raise ValueError(
-            f"seed probe needs two rooms or more (the shuffled control), got {len(entries)} from {manifest}"
+            f"seed probe needs two rooms or more (the shuffled control), got {len(entries)} from "
+            f"{', '.join(map(str, manifests))}"
         )
     params = dataclasses.replace(params, rl=dataclasses.replace(params.rl, method="seed"))
-    result: dict = {"model": str(model_dir), "manifest": str(manifest), "seed": seed, "group_size": group_size}
+    result: dict = {
+        "model": str(model_dir),
+        "manifests": [str(m) for m in manifests],
+        "seed": seed,
+        "group_size": group_size,
+    }
     with env.open_pool(params.env.workers) as pool:
         if "random" in parts:
             result["random"] = probe_random(pool, entries, params.env.max_steps, RANDOM_RUNS, seed, n_boot)
