@@ -276,3 +276,21 @@ def test_uplift_probe_puts_the_solvers_plan_in_the_prompt(tiny_model_dir, tmp_pa
     for cond in ("oracle", "self", "shuffled"):
         assert rows[cond]["success"] == rows["plain"]["success"] and rows[cond]["uplift"] == 0.0
     assert rows["plain"]["success_lo"] <= rows["plain"]["success"] <= rows["plain"]["success_hi"]
+
+
+def test_seed_probe_command_chance_baseline_and_errors(manifests, tmp_path, capsys):
+    from seed_core.tools.cli import main
+
+    p, mdir = manifests
+    (tmp_path / "params.yaml").write_text(json.dumps(SOKOBAN))
+    out = tmp_path / "probe.json"
+    panels = [str(mdir / "valid_seen.json"), str(mdir / "valid_unseen.json")]
+    args = ["probe", "--params", str(tmp_path / "params.yaml"), "--manifest", *panels, "--parts", "random"]
+    main([*args, "--bootstrap", "100", "--out", str(out)])
+    result = json.loads(out.read_text())
+    assert result["random"]["rooms"] == 5 and result["random"]["runs"] == 200 and "credit" not in result
+    assert f"random moves: 5 rooms x 200 episodes, success {result['random']['success']:.3f}" in capsys.readouterr().out
+    (tmp_path / "alf.yaml").write_text("env: {name: alfworld}\n")
+    with pytest.raises(SystemExit) as e:
+        main(["probe", "--params", str(tmp_path / "alf.yaml"), "--parts", "random"])
+    assert e.value.code == 2 and "needs an environment whose solver labels every step" in capsys.readouterr().err
