@@ -40,7 +40,7 @@ from seed_core.envs import GameEntry, environment
 from seed_core.method import credit, losses
 from seed_core.method.rescore import action_token_mask, score_steps, step_tokens
 from seed_core.method.skills import PARSED, analyze, consistency_metrics, shuffled_skills
-from seed_core.method.update import Trainer, step_advantages
+from seed_core.method.update import DeltaStats, Trainer, step_advantages, step_delta_means
 from seed_core.models import load_for
 from seed_core.records import Skill, Trajectory, atomic_write_text, write_json
 from seed_core.rollout import play
@@ -99,7 +99,7 @@ def probe_credit(trainer: Trainer, env, pool, games: list[GameEntry], group_size
     policy, mb = trainer.policy, cfg.micro_batch_tokens
     steps = step_tokens(policy, trajs, [None] * len(trajs), env=params.env)
     plain = score_steps(policy, steps, "prompt", mb)
-    actions = [torch.tensor(action_token_mask(policy.tok, s.response_ids)) for s in steps]
+    actions = [action_token_mask(policy.tok, s.response_ids) for s in steps]
     optimal = torch.tensor([labels[s.traj][s.step] == "optimal" for s in steps])
     groups = torch.tensor([s.traj for s in steps])
     rooms = {g.game_id: i for i, g in enumerate(games)}
@@ -111,17 +111,16 @@ def probe_credit(trainer: Trainer, env, pool, games: list[GameEntry], group_size
     for source, chosen in skills.items():
         with_skill = step_tokens(policy, trajs, [_text(s) for s in chosen], env=params.env)
         teacher = score_steps(policy, with_skill, "teacher", mb)
-        rows = {"delta": [], "delta_action": [], "gate": []}
+        per_step = []
         for lp, tp, act in zip(plain, teacher, actions):
             if tp is None:  # no parsed skill: this source says nothing about the step
-                for v in rows.values():
-                    v.append(math.nan)
+                per_step.append(dict.fromkeys(("delta_mean", "delta_action_mean", "gate_mean"), math.nan))
                 continue
             delta = (tp - lp).float().cpu()
-            rows["delta"].append(float(delta.mean()))
-            rows["delta_action"].append(float(delta[act].mean()) if act.any() else float(delta.mean()))
-            rows["gate"].append(float(losses.opd_gate(delta, cfg.opd_beta, "sigmoid").mean()))
-        signals |= {f"{source}/{k}": torch.tensor(v) for k, v in rows.items()}
+            gate = losses.opd_gate(delta, cfg.opd_beta, "sigmoid")
+            per_step.append(step_delta_means(DeltaStats(delta, gate), act))
+        for name in ("delta", "delta_action", "gate"):
+            signals[f"{source}/{name}"] = torch.tensor([p[f"{name}_mean"] for p in per_step])
     times["rescore_s"] = time.perf_counter() - t0
 
     table = credit.credit_table(signals, optimal, groups, clusters, n_boot=n_boot, seed=seed)
