@@ -251,6 +251,7 @@ def test_credit_probe_on_episodes_the_solver_labels(tiny_model_dir, tmp_path):
     table = c["table"]
     assert table["grpo/advantage"]["within"] == 0.5 and table["grpo/advantage"]["within_pairs"] > 0
     assert table["oracle/delta"]["steps"] == c["steps"] and table["self/delta"]["steps"] == 0
+    assert table["shuffled_oracle/gate"]["steps"] == c["steps"] and table["shuffled/gate"]["steps"] == 0
     assert c["skills"]["oracle"] == {"parse_rate": 1.0, "skills/consistent": 1.0, "skills/outcome_true": 1.0} | {
         k: v for k, v in c["skills"]["oracle"].items() if k == "skills/move_lists_true"
     }

@@ -317,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Plays --games rooms of --manifest with the model in --model (loaded as the RL stage would load "
         "it, rl.method seed). credit: --group-size episodes per room at rollout.temperature; each step labelled by the "
         "solver (optimal, wasted, fatal, lost); skills from three sources (self: the model as analyzer; oracle: the "
-        "solver-backed teacher; shuffled: another room's self skill, the control); the AUC with which GRPO's and "
+        "solver-backed teacher; shuffled, shuffled_oracle: another room's self or oracle skill, the controls); the AUC with which GRPO's and "
         "GiGPO's step advantages and SEED's per-step Δ (all response tokens, action tokens) and gate tell optimal "
         "moves from the others, pooled and within trajectories (GRPO is 0.5 there by construction). uplift: greedy "
         "success with no skill, then with the oracle's or the model's skill of that first episode, the solver's "

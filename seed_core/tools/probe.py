@@ -12,8 +12,9 @@ Measurements on one model and one set of Sokoban rooms, whose solver judges ever
    - `<source>/delta`, `<source>/delta_action`, `<source>/gate`: SEED's Δ = log π(a|s, skill) − log π(a|s), as the
      mean over the step's response tokens and over its action tokens, and the mean gate σ(β·Δ);
    with skill sources `self` (the model as its own analyzer: what SEED uses), `oracle` (the solver-backed
-   teacher: SEED with a perfect analyzer, an upper bound) and `shuffled` (each trajectory gets another room's self
-   skill: the control, which must come out near 0.5).
+   teacher: SEED with a perfect analyzer, an upper bound), and their controls `shuffled` and `shuffled_oracle`
+   (each trajectory gets another room's self or oracle skill: what skill-shaped text does without the content,
+   which must come out near 0.5).
 2. **Teacher uplift.** Play each room greedily with the plain prompt, then again with a skill in every step's
    prompt: the oracle's skill of that first episode, the model's own skill of it, the solver's shortest plan from
    the current state (the strongest hint a skill could give: an upper bound), and another room's oracle skill
@@ -46,7 +47,6 @@ from seed_core.records import Skill, Trajectory, atomic_write_text, write_json
 from seed_core.rollout import play
 from seed_core.runtime import seed_everything
 
-SOURCES = ("self", "oracle", "shuffled")
 RANDOM_RUNS = 200
 UPLIFT = ("plain", "oracle", "self", "plan", "shuffled")
 
@@ -93,6 +93,7 @@ def probe_credit(trainer: Trainer, env, pool, games: list[GameEntry], group_size
     t0 = time.perf_counter()
     skills = {"self": self_skills(trainer, trajs), "oracle": oracle_skills(env, params, trajs)}
     skills["shuffled"] = shuffled_skills(trajs, skills["self"])
+    skills["shuffled_oracle"] = shuffled_skills(trajs, skills["oracle"])
     times["analysis_s"] = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -131,7 +132,7 @@ def probe_credit(trainer: Trainer, env, pool, games: list[GameEntry], group_size
             **consistency_metrics(env, trajs, chosen),
         }
         for source, chosen in skills.items()
-        if source != "shuffled"
+        if not source.startswith("shuffled")
     }
     return {
         "episodes": len(trajs),
@@ -290,11 +291,11 @@ def format_result(result: dict) -> str:
         lines += [
             f"credit: {c['episodes']} episodes, success {c['success_rate']:.3f}, {c['steps']} steps {c['labels']}",
             f"skills: {json.dumps(c['skills'])}",
-            f"{'signal':<24} {'pooled AUC [95% CI]':<26} {'within-trajectory AUC':<26} {'mean opt / other':<20}",
+            f"{'signal':<29} {'pooled AUC [95% CI]':<26} {'within-trajectory AUC':<26} {'mean opt / other':<20}",
         ]
         for name, row in c["table"].items():
             means = f"{row['mean_positive']:+.3f} / {row['mean_other']:+.3f}"
-            lines.append(f"{name:<24} {_ci(row, 'pooled'):<26} {_ci(row, 'within'):<26} {means:<20}")
+            lines.append(f"{name:<29} {_ci(row, 'pooled'):<26} {_ci(row, 'within'):<26} {means:<20}")
     if "uplift" in result:
         u = result["uplift"]
         lines += [
