@@ -108,17 +108,9 @@ class EnvConfig:
     """What the agent sees of a Sokoban room: the grid as `text`, its 16-px-per-tile rendering as an `image`
     (a vision-language model; verl-agent's visual Sokoban), or `both`. Steps store the grid text either way; the
     image is redrawn from it when sampled, re-scored or trained on."""
-    sokoban_positions: bool = False
-    """Sokoban: the prompt also lists where you, each box and each target stand (row, column), which a small model
-    does not read off the grid. A departure (verl-agent shows the grid alone), for tiny models."""
 
     def __post_init__(self) -> None:
         _check(self.max_steps >= 1, "env.max_steps", f"must be >= 1, got {self.max_steps}")
-        _check(
-            not self.sokoban_positions or self.name == "sokoban",
-            "env.sokoban_positions",
-            f"lists where Sokoban's boxes stand, but env.name is {self.name!r}; set it to false",
-        )
         _check(
             self.observation == "text" or self.name == "sokoban",
             "env.observation",

@@ -72,14 +72,12 @@ def sokoban_step_prompt(
     history: list[tuple[str, str]],
     history_length: int,
     view: str = "text",
-    positions: bool = False,
 ) -> str:
     """The Sokoban user message for one step; `history` and `history_length` as in `step_prompt`.
 
     `view` is `env.observation`: `text` shows the grid, `image` an IMAGE_MARK where the room's image goes, `both`
     the mark and the grid. Past observations stay text-only and an image view shows past actions alone
-    (verl-agent's visual prompt carries no image history). `positions` (`env.sokoban_positions`) adds the current
-    grid's `sokoban_positions` line after it."""
+    (verl-agent's visual prompt carries no image history)."""
     part = ""
     if history:
         first, shown = _recent(history, history_length)
@@ -95,8 +93,6 @@ def sokoban_step_prompt(
             f"You are now at step {len(history) + 1}. "
         )
     shown_now = {"text": observation, "image": IMAGE_MARK, "both": f"{IMAGE_MARK}\n{observation}"}[view]
-    if positions:
-        shown_now += "\n" + sokoban_positions(observation)
     return SOKOBAN_PROMPT.format(
         task=task,
         legend=SOKOBAN_LEGENDS[view],
@@ -104,21 +100,6 @@ def sokoban_step_prompt(
         observation=shown_now,
         actions=format_actions(admissible_actions),
     )
-
-
-_STANDS = {"P": ("you",), "S": ("you", "target"), "X": ("box",), "√": ("box", "target"), "O": ("target",)}
-
-
-def sokoban_positions(grid: str) -> str:
-    """Where you, each box and each target stand in `grid` (`Room.text`: rows of space-separated symbols), as
-    (row, column) counted from 1 at the top left, e.g. "Positions (row, column): you (3, 3); box (4, 3); target
-    (5, 2)." A box on a target and you on a target count for both."""
-    where: dict[str, list[str]] = {"you": [], "box": [], "target": []}
-    for r, row in enumerate(grid.splitlines(), 1):
-        for c, cell in enumerate(row.split(" "), 1):
-            for name in _STANDS.get(cell, ()):
-                where[name].append(f"({r}, {c})")
-    return "Positions (row, column): " + "; ".join(f"{k} {', '.join(v)}" for k, v in where.items() if v) + "."
 
 
 SOKOBAN_PLAN_HINT = "The shortest plan from this state: {plan}. Take its first move now."
@@ -175,7 +156,7 @@ def step_prompt(
 def step_prompter(env) -> Callable[..., str]:
     """The step prompt of `env` (an EnvConfig): `(task, observation, actions, history, history_length) -> str`."""
     if env.name == "sokoban":
-        return functools.partial(sokoban_step_prompt, view=env.observation, positions=env.sokoban_positions)
+        return functools.partial(sokoban_step_prompt, view=env.observation)
     return step_prompt
 
 

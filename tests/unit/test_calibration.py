@@ -60,30 +60,3 @@ def test_random_moves_baseline_win_more_of_short_rooms():
         assert probe_random(pool, rooms, 15, 100, seed=1, n_boot=100) == both  # seeded
     assert short["success"] > 0.25 > far["success"] and both["runs"] == 100 and both["rooms"] == 4
     assert both["success_lo"] <= both["success"] <= both["success_hi"]
-
-
-def test_positions_line_names_every_piece_by_row_and_column():
-    from seed_core.method.prompts import sokoban_positions
-
-    grid = "# # # # # #\n# # P # _ #\n# # X _ _ #\n# O _ √ S #\n# # # # # #"
-    assert sokoban_positions(grid) == (
-        "Positions (row, column): you (2, 3), (4, 5); box (3, 3), (4, 4); target (4, 2), (4, 4), (4, 5)."
-    )
-
-
-def test_positions_reach_the_expert_and_the_rollout_prompt_only_when_asked():
-    from seed_core.config import ConfigError
-    from seed_core.method.prompts import sokoban_positions, step_prompter
-
-    on = params_from_dict({"env": {"name": "sokoban", "max_steps": 15, "sokoban_positions": True}})
-    env = Sokoban()
-    entries = [GameEntry("3", "train", "sokoban", generate_room(3).sha256())]
-    (plain,) = env.expert_examples(entries, PARAMS.env, progress=False)
-    (shown,) = env.expert_examples(entries, on.env, progress=False)
-    line = sokoban_positions(plain["observation"])
-    assert line not in plain["prompt"] and f"{plain['observation']}\n{line}\n" in shown["prompt"]
-    assert shown["prompt"] == step_prompter(on.env)(
-        "push every box (X) onto a target (O).", plain["observation"], ["up", "down", "left", "right"], [], 0
-    )
-    with pytest.raises(ConfigError, match=r"env.sokoban_positions.*env.name is 'alfworld'; set it to false"):
-        params_from_dict({"env": {"sokoban_positions": True}})

@@ -179,9 +179,8 @@ class Sokoban:
             history: list[tuple[str, str]] = []
             for t, (room, action) in enumerate(path):
                 prompt = sokoban_step_prompt(
-                    SOKOBAN_TASK, room.text(), list(ACTIONS), history, env.history_length, env.observation,
-                    env.sokoban_positions,
-                )  # fmt: skip
+                    SOKOBAN_TASK, room.text(), list(ACTIONS), history, env.history_length, env.observation
+                )
                 examples.append(
                     {
                         "prompt": prompt,
