@@ -316,10 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="Sokoban: does SEED's signal carry credit (AUC vs the solver's step labels), and teacher uplift",
         description="Plays --games rooms of --manifest with the model in --model (loaded as the RL stage would load "
         "it, rl.method seed). credit: --group-size episodes per room at rollout.temperature; each step labelled by the "
-        "solver (optimal, wasted, fatal, lost); skills from three sources (self: the model as analyzer; oracle: the "
-        "solver-backed teacher; shuffled, shuffled_oracle: another room's self or oracle skill, the controls); the AUC with which GRPO's and "
-        "GiGPO's step advantages and SEED's per-step Δ (all response tokens, action tokens) and gate tell optimal "
-        "moves from the others, pooled and within trajectories (GRPO is 0.5 there by construction). uplift: greedy "
+        "solver (optimal, wasted, fatal, lost); skills from four sources (self: the model as analyzer; oracle: the "
+        "solver-backed teacher; shuffled, shuffled_oracle: another room's self or oracle skill, the controls); the "
+        "AUC with which GRPO's and GiGPO's step advantages and SEED's per-step Δ (all response tokens, action "
+        "tokens) and gate tell optimal moves from the others, pooled and within trajectories (GRPO is 0.5 there by construction). uplift: greedy "
         "success with no skill, then with the oracle's or the model's skill of that first episode, the solver's "
         "plan from the current state, or another room's oracle skill in the prompt. 95%% bootstrap intervals over "
         "rooms. random: the chance baseline, uniformly random moves (no model). Prints the tables; --out writes JSON.",
