@@ -65,8 +65,11 @@ def test_ray_train_runs_the_rank_program_to_the_stage_outputs(alfworld_root, tin
     run_dir = tmp_path / "runs" / run_folder_name(p, tiny_model_dir)
     summaries = [train_it() for _, train_it in train(p, tmp_path / "params.yaml", tiny_model_dir, mdir, run_dir)]
     assert [s["epoch"] for s in summaries] == [1]
-    assert summaries[0]["rollout/success_rate"] >= 0 and "val/success_rate" in summaries[0]
-    corpus = (run_dir / "epoch_001" / "skills.jsonl").read_text().splitlines()
+    # 5 new tokens cannot hold "<action>...</action>": every step is invalid and no game is won
+    assert summaries[0]["rollout/invalid_rate"] == 1.0 and summaries[0]["rollout/success_rate"] == 0.0
+    assert "val/success_rate" in summaries[0]
+    corpus = [json.loads(line) for line in (run_dir / "epoch_001" / "skills.jsonl").read_text().splitlines()]
     assert len(corpus) == 4  # both ranks' trajectories: 2 games x 2 episodes
+    assert all(c["trajectory"]["invalid_count"] == c["trajectory"]["length"] == 2 for c in corpus)
     summary = write_outputs(p, tiny_model_dir, run_dir, tmp_path / "final", tmp_path / "rl.json", tmp_path / "u.json")
     assert summary["updates"] == 1 and (tmp_path / "final" / "model.safetensors").exists()
