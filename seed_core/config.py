@@ -229,6 +229,10 @@ class WarmupConfig:
     policy learns to read the block: `plan` (the solver's plan from the step's state), `episode` (the oracle's skill
     of the expert's own episode, as Stage 1 writes skills). Empty: plain prompts only. A departure, like the
     warm-up itself."""
+    off_path_states: int = 0
+    """Sokoban: per training room, this many states off the expert's path (ends of random walks, still solvable)
+    each trained with the solver's first move from there, so the cloned policy knows what to do after a stray
+    move (DAgger's state coverage, with the solver as the expert). 0: the expert's path only."""
     perception_epochs: float = 0.0
     """Vision models only: epochs of perception SFT (image -> the room as text, on every state of the warm-up
     rooms' expert plans) before the behaviour cloning, written to models/perception; 0 skips it (models/perception
@@ -236,6 +240,7 @@ class WarmupConfig:
 
     def __post_init__(self) -> None:
         _check(self.epochs > 0, "warmup.epochs", f"must be > 0, got {self.epochs}")
+        _check(self.off_path_states >= 0, "warmup.off_path_states", f"must be >= 0, got {self.off_path_states}")
         _check(self.perception_epochs >= 0, "warmup.perception_epochs", f"must be >= 0, got {self.perception_epochs}")
         _check(self.learning_rate > 0, "warmup.learning_rate", f"must be > 0, got {self.learning_rate}")
         _check(self.batch_size >= 1, "warmup.batch_size", f"must be >= 1, got {self.batch_size}")

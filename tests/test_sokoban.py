@@ -279,6 +279,31 @@ def test_uplift_probe_puts_the_solvers_plan_in_the_prompt(tiny_model_dir, tmp_pa
     assert rows["plain"]["success_lo"] <= rows["plain"]["success"] <= rows["plain"]["success_hi"]
 
 
+def test_legibility_probe_scores_greedy_moves_against_chance(tiny_model_dir, tmp_path):
+    """A policy that always plays the solver's move is optimal on every state, one that always answers `up` only
+    where `up` is optimal; chance is the share of optimal moves among the four, computed here by hand."""
+    from seed_core.tools.probe import MOVE_STATES, probe_moves
+
+    trainer, env, games = probe_setup(tiny_model_dir, tmp_path)
+    trainer.sampler = SolverPolicy(trainer.policy.tok, lambda _p, _call: True)
+    m = probe_moves(trainer, env, games[:4], seed=0, n_boot=50)
+    assert m["rooms"] == 4 and m["states"] == 4 * (1 + MOVE_STATES)
+    assert m["optimal"] == 1.0 and m["invalid"] == 0.0 and m["above_chance"] == 1.0 - m["chance"]
+    states = [x for x in env.expert_examples(games[:4], trainer.params.env, progress=False) if x["step"] == 0]
+    states += env.off_path_examples(games[:4], trainer.params.env, MOVE_STATES, 0, progress=False)
+    rooms = [room_from_text(x["observation"]) for x in states]
+    shortest = [len(solve(r)) for r in rooms]
+    good = [
+        [(p := solve(r.moved(a))) is not None and len(p) == n - 1 for a in ("up", "down", "left", "right")]
+        for r, n in zip(rooms, shortest)
+    ]
+    assert m["chance"] == pytest.approx(sum(sum(g) / 4 for g in good) / len(good))
+    trainer.sampler = SolverPolicy(trainer.policy.tok, lambda _p, _call: False)
+    up = probe_moves(trainer, env, games[:4], seed=0, n_boot=50)
+    assert up["optimal"] == pytest.approx(sum(g[0] for g in good) / len(good)) and up["chance"] == m["chance"]
+    assert up["optimal_lo"] <= up["optimal"] <= up["optimal_hi"]
+
+
 def test_seed_probe_command_chance_baseline_and_errors(manifests, tmp_path, capsys):
     from seed_core.tools.cli import main
 

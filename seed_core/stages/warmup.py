@@ -68,6 +68,21 @@ def with_skill_hints(examples: list[dict], kinds: tuple[str, ...], env, params: 
     return out
 
 
+def with_off_path_states(examples: list[dict], entries, per_room: int, env, params: Params) -> list[dict]:
+    """`examples` followed by `per_room` off-path states of each of their games (`Sokoban.off_path_examples`,
+    seeded by warmup.seed), each with the solver's move from there (`warmup.off_path_states`)."""
+    if not per_room:
+        return examples
+    if env.name != "sokoban":
+        raise ValueError(
+            f"params: `warmup.off_path_states` is {per_room}, but only Sokoban's solver can label states off the "
+            f"expert's path (env.name is {env.name!r}); set warmup.off_path_states: 0"
+        )
+    games = {x["game_id"] for x in examples}
+    mine = [e for e in entries if e.game_id in games]
+    return examples + env.off_path_examples(mine, params.env, per_room, params.warmup.seed)
+
+
 def expert_trajectory(game_id: str, steps: list[dict]) -> Trajectory:
     """The won episode that the expert steps of one game (in order) make, as the oracle reads trajectories."""
     actions = [parse_response(x["completion"])[0] for x in sorted(steps, key=lambda x: x["step"])]
@@ -203,6 +218,7 @@ def run_warmup(
         )
     train, held = split_eval(examples, EVAL_GAMES, cfg.seed)
     train = with_skill_hints(train, cfg.skill_hints, env, params)  # the held-out loss stays the plain prompts'
+    train = with_off_path_states(train, entries, cfg.off_path_states, env, params)
     replay_s = time.perf_counter() - t0
     keys = ("prompt", "completion", "image") if params.env.observation != "text" else ("prompt", "completion")
     for x in examples:
@@ -229,7 +245,8 @@ def run_warmup(
         "warmup/games_skipped": sorted({e.game_id for e in entries} - kept),
         "warmup/train_games": len({x["game_id"] for x in train}),
         "warmup/eval_games": len({x["game_id"] for x in held}),
-        "warmup/train_steps": sum("hint" not in x for x in train),
+        "warmup/train_steps": sum("hint" not in x and "off_path" not in x for x in train),
+        "warmup/train_off_path_steps": sum("off_path" in x for x in train),
         "warmup/train_hinted_steps": sum("hint" in x for x in train),
         "warmup/eval_steps": len(held),
         "time/replay_s": round(replay_s, 1),

@@ -322,7 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
         "tokens) and gate tell optimal moves from the others, pooled and within trajectories (GRPO is 0.5 there by construction). uplift: greedy "
         "success with no skill, then with the oracle's or the model's skill of that first episode, the solver's "
         "plan from the current state, or another room's oracle skill in the prompt. 95%% bootstrap intervals over "
-        "rooms. random: the chance baseline, uniformly random moves (no model). Prints the tables; --out writes JSON.",
+        "rooms. random: the chance baseline, uniformly random moves (no model). moves: legibility, the share of "
+        "optimal greedy moves on each room's start and a few states off its solver's path, against chance. Prints the tables; --out writes JSON.",
     )
     pr.add_argument("--params", default="params.yaml", help="a Sokoban params file (default: params.yaml)")
     pr.add_argument("--model", default="models/analyzer", help="checkpoint folder (default: models/analyzer)")
@@ -339,9 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument(
         "--parts",
         nargs="+",
-        choices=["random", "credit", "uplift"],
-        default=["random", "credit", "uplift"],
-        help="what to run (default: all; random: uniformly random moves, the chance baseline, no model)",
+        choices=["random", "credit", "uplift", "moves"],
+        default=["random", "credit", "uplift", "moves"],
+        help="what to run (default: all; random: uniformly random moves, the chance baseline, no model; moves: "
+        "the share of optimal greedy moves against chance)",
     )
     pr.add_argument("--out", default=None, help="write the result as JSON here")
     pr.add_argument(

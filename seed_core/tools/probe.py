@@ -20,6 +20,11 @@ Measurements on one model and one set of Sokoban rooms, whose solver judges ever
    the current state (the strongest hint a skill could give: an upper bound), and another room's oracle skill
    (control). Success with and without, and the paired difference per room.
 
+3. **Legibility.** The greedy move on the start of each room and on MOVE_STATES states off its solver's path
+   (`Sokoban.off_path_examples`), judged by the solver: the share of optimal moves, against chance (the share of the
+   four moves that are optimal in the same states). A model that reads the grid beats chance here first; one that
+   does not cannot be taught by hints or credit it cannot see.
+
 Every figure has a 95 % percentile bootstrap interval over rooms. The table is printed and the whole result
 written as JSON (`--out`).
 """
@@ -38,7 +43,9 @@ import torch
 
 from seed_core.config import Params
 from seed_core.envs import GameEntry, environment
+from seed_core.envs.sokoban.room import ACTIONS, room_from_text, step_labels
 from seed_core.method import credit, losses
+from seed_core.method.prompts import parse_response
 from seed_core.method.rescore import action_token_mask, score_steps, step_tokens
 from seed_core.method.skills import PARSED, analyze, consistency_metrics, shuffled_skills
 from seed_core.method.update import DeltaStats, Trainer, step_advantages, step_delta_means
@@ -48,6 +55,8 @@ from seed_core.rollout import play
 from seed_core.runtime import seed_everything
 
 RANDOM_RUNS = 200
+MOVE_STATES = 3
+"""Legibility: states off the solver's path per room, besides the start."""
 UPLIFT = ("plain", "oracle", "self", "plan", "shuffled")
 
 
@@ -212,6 +221,34 @@ def probe_random(pool, games: list[GameEntry], max_steps: int, runs: int, seed: 
     }
 
 
+def probe_moves(trainer: Trainer, env, games: list[GameEntry], seed: int, n_boot: int) -> dict:
+    """Part 3: the share of optimal greedy moves on the start and MOVE_STATES off-path states of each room, against
+    chance on the same states; an invalid answer is the environment's no-op (never optimal)."""
+    params = trainer.params
+    starts = [x for x in env.expert_examples(games, params.env, progress=False) if x["step"] == 0]
+    states = starts + env.off_path_examples(games, params.env, MOVE_STATES, seed, progress=False)
+    t0 = time.perf_counter()
+    gens = trainer.sampler.generate(
+        [x["prompt"] for x in states], temperature=0.0, max_new_tokens=params.rollout.max_new_tokens
+    )
+    room_of = {g.game_id: i for i, g in enumerate(games)}
+    model, chance, invalid, rooms = [], [], [], []
+    for x, gen in zip(states, gens):
+        room = room_from_text(x["observation"])
+        action = parse_response(gen.text)[0]
+        model.append(float(step_labels(room, [action]) == ["optimal"]))
+        chance.append(sum(step_labels(room, [a]) == ["optimal"] for a in ACTIONS) / len(ACTIONS))
+        invalid.append(float(action not in ACTIONS))
+        rooms.append(room_of[x["game_id"]])
+    out = {"rooms": len(set(rooms)), "states": len(states), "time": {"generate_s": time.perf_counter() - t0}}
+    for key, values in (("optimal", model), ("chance", chance), ("invalid", invalid)):
+        lo, hi = _interval(values, rooms, n_boot, seed)
+        out |= {key: sum(values) / len(values), f"{key}_lo": lo, f"{key}_hi": hi}
+    diff = [m - c for m, c in zip(model, chance)]
+    lo, hi = _interval(diff, rooms, n_boot, seed)
+    return out | {"above_chance": sum(diff) / len(diff), "above_chance_lo": lo, "above_chance_hi": hi}
+
+
 def run_probe(
     params: Params,
     model_dir: Path,
@@ -249,7 +286,7 @@ def run_probe(
     with env.open_pool(params.env.workers) as pool:
         if "random" in parts:
             result["random"] = probe_random(pool, entries, params.env.max_steps, RANDOM_RUNS, seed, n_boot)
-        if {"credit", "uplift"} & set(parts):
+        if {"credit", "uplift", "moves"} & set(parts):
             seed_everything(seed)
             model, tok = load_for(model_dir, params.model, full_finetune=params.rl.lora_r is None)
             trainer = Trainer(model, tok, params, sampler_dir=model_dir, env=env)
@@ -258,6 +295,8 @@ def run_probe(
                     result["credit"] = probe_credit(trainer, env, pool, entries, group_size, seed, n_boot)
                 if "uplift" in parts:
                     result["uplift"] = probe_uplift(trainer, env, pool, entries, seed, n_boot)
+                if "moves" in parts:
+                    result["moves"] = probe_moves(trainer, env, entries, seed, n_boot)
             finally:
                 trainer.close()
     if "credit" in result and traj_out is not None:
@@ -286,6 +325,13 @@ def format_result(result: dict) -> str:
     if "random" in result:
         r = result["random"]
         lines += [f"random moves: {r['rooms']} rooms x {r['runs']} episodes, success {_ci(r, 'success')}", ""]
+    if "moves" in result:
+        m = result["moves"]
+        lines += [
+            f"legibility: {m['states']} states of {m['rooms']} rooms, greedy move optimal {_ci(m, 'optimal')}, "
+            f"chance {_ci(m, 'chance')}, difference {_ci(m, 'above_chance')}, invalid {_ci(m, 'invalid')}",
+            "",
+        ]
     if "credit" in result:
         c = result["credit"]
         lines += [

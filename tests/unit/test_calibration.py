@@ -10,7 +10,7 @@ from seed_core.envs import GameEntry
 from seed_core.envs.sokoban.env import Sokoban
 from seed_core.envs.sokoban.room import generate_room, room_from_text, solve
 from seed_core.method.prompts import SKILL_BLOCK, parse_response
-from seed_core.stages.warmup import with_skill_hints
+from seed_core.stages.warmup import with_off_path_states, with_skill_hints
 
 PARAMS = params_from_dict({"env": {"name": "sokoban", "max_steps": 15}, "teacher": {"oracle_max_chars": 300}})
 
@@ -45,6 +45,30 @@ def test_plan_and_episode_hints_are_true_of_each_step():
 def test_hints_need_sokobans_solver():
     with pytest.raises(ValueError, match=r"only Sokoban's solver .* set warmup.skill_hints: \[\]"):
         with_skill_hints([{"game_id": "g"}], ("plan",), SimpleNamespace(name="alfworld"), PARAMS)
+
+
+def test_off_path_states_are_new_solvable_and_labelled_by_the_solver():
+    env, plain = expert([3, 5, 8])
+    entries = [GameEntry(str(s), "train", "sokoban", generate_room(s).sha256()) for s in (3, 5, 8, 13)]
+    on_path = {(x["game_id"], x["observation"]) for x in plain}
+    out = with_off_path_states(plain, entries, 4, env, PARAMS)
+    assert out[: len(plain)] == plain
+    off = out[len(plain) :]
+    assert len(off) == 3 * 4 and {x["game_id"] for x in off} == {"3", "5", "8"}  # room 13 is not among the examples'
+    for x in off:
+        room = room_from_text(x["observation"])
+        plan = solve(room)
+        assert x["off_path"] and plan and (x["game_id"], x["observation"]) not in on_path
+        assert parse_response(x["completion"])[0] == plan[0]
+        assert f"You are now at step {x['step'] + 1}. Your current observation is:\n{x['observation']}\n" in x["prompt"]
+    assert len({(x["game_id"], x["observation"]) for x in off}) == len(off)  # no state twice
+    assert with_off_path_states(plain, entries, 4, env, PARAMS) == out  # seeded by warmup.seed
+    assert with_off_path_states(plain, entries, 0, env, PARAMS) is plain
+
+
+def test_off_path_states_need_sokobans_solver():
+    with pytest.raises(ValueError, match=r"only Sokoban's solver .* set warmup.off_path_states: 0"):
+        with_off_path_states([{"game_id": "g"}], [], 2, SimpleNamespace(name="alfworld"), PARAMS)
 
 
 def test_random_moves_baseline_win_more_of_short_rooms():

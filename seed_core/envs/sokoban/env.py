@@ -193,6 +193,50 @@ class Sokoban:
                 history.append((room.text(), action))
         return examples
 
+    def off_path_examples(
+        self, entries: list[GameEntry], env, per_room: int, seed: int, progress: bool = True
+    ) -> list[dict]:
+        """`per_room` states of each room that its expert plan never visits, each with the solver's first move
+        from it (DAgger's fix for behaviour cloning: a cloned policy that strays off the expert's path, as a bump
+        into a wall does, has never seen where it is). A state is the end of a seeded random walk from the start
+        (1 to env.max_steps // 2 moves, rendered with that walk as its history); it is kept when the room is still
+        solvable and not won, and no expert or earlier state has it. Rooms whose plan is too long are skipped, as
+        in `expert_examples`; a room with fewer such states within 50 walks per state gives fewer."""
+        rng = random.Random(seed)
+        moves = list(ACTIONS)
+        examples: list[dict] = []
+        for game_id, path in self._plans(entries, env.max_steps, progress):
+            start = path[0][0]
+            seen = {room.state_key() for room, _ in path}
+            found = 0
+            for _ in range(50 * per_room):
+                if found == per_room:
+                    break
+                room, history = start, []
+                for _ in range(rng.randint(1, max(1, env.max_steps // 2))):
+                    action = rng.choice(moves)
+                    history.append((room.text(), action))
+                    room = room.moved(action)
+                plan = solve(room)
+                if not plan or room.state_key() in seen:
+                    continue
+                seen.add(room.state_key())
+                found += 1
+                prompt = sokoban_step_prompt(
+                    SOKOBAN_TASK, room.text(), moves, history, env.history_length, env.observation
+                )
+                examples.append(
+                    {
+                        "prompt": prompt,
+                        "completion": completion(think_text(room, plan[0]), plan[0]),
+                        "game_id": game_id,
+                        "step": len(history),
+                        "observation": room.text(),
+                        "off_path": True,
+                    }
+                )
+        return examples
+
     def perception_examples(self, entries: list[GameEntry], env, progress: bool = True) -> list[dict]:
         """The perception warm-up's examples: every state on the solver's plan of each room, and the solved room,
         asked as PERCEPTION_PROMPT and answered with the grid text ("observation" is that grid)."""
