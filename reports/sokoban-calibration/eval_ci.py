@@ -1,7 +1,10 @@
-"""Held-out success of an `evaluate` run with a 95 % percentile bootstrap interval over rooms, per decoding mode.
+"""Held-out success of `evaluate` runs with a 95 % percentile bootstrap interval over rooms, per decoding mode.
 
-Usage: python eval_ci.py data/eval/<model>   (reads <split>/<mode>-s<seed>.jsonl; prints one JSON line per mode)
-Used for the figures in this folder: `evaluate` itself reports success without an interval.
+Usage: python eval_ci.py data/eval/<model> [more runs: seeds] [--against data/eval/<start>]
+Reads <split>/<mode>-s<seed>.jsonl of each folder and prints one JSON line per mode. Several folders (the seeds of
+one arm) are averaged per room first, so the interval is over rooms; `--against` adds the paired difference per
+room (runs minus start) with its interval. Used for the figures in this folder: `evaluate` itself reports success
+without an interval.
 """
 
 import json
@@ -11,29 +14,51 @@ from collections import defaultdict
 from pathlib import Path
 
 
-def summary(files: list[Path], n_boot: int = 2000, seed: int = 0) -> dict:
+def per_room(folders: list[Path], mode: str) -> tuple[dict[str, float], list[bool]]:
+    """{room: mean success over every episode of `mode` in `folders`}, and every step's invalid flag."""
     won: dict[str, list[float]] = defaultdict(list)
     invalid: list[bool] = []
-    for f in files:
-        for line in f.read_text().splitlines():
-            t = json.loads(line)
-            won[t["game_id"]].append(float(t["won"]))
-            invalid += [not s["valid"] for s in t["steps"]]
-    rooms = [sum(v) / len(v) for v in won.values()]
+    for folder in folders:
+        for f in sorted(folder.glob(f"*/{mode}-s*.jsonl")):
+            for line in f.read_text().splitlines():
+                t = json.loads(line)
+                won[t["game_id"]].append(float(t["won"]))
+                invalid += [not s["valid"] for s in t["steps"]]
+    return {g: sum(v) / len(v) for g, v in won.items()}, invalid
+
+
+def interval(values: list[float], n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
     rng = random.Random(seed)
-    means = sorted(sum(rng.choice(rooms) for _ in rooms) / len(rooms) for _ in range(n_boot))
-    return {
-        "rooms": len(rooms),
-        "wins": sum(rooms),
-        "success": sum(rooms) / len(rooms),
-        "lo": means[int(0.025 * n_boot)],
-        "hi": means[int(0.975 * n_boot) - 1],
-        "invalid_rate": sum(invalid) / len(invalid),
-    }
+    means = sorted(sum(rng.choice(values) for _ in values) / len(values) for _ in range(n_boot))
+    return means[int(0.025 * n_boot)], means[int(0.975 * n_boot) - 1]
+
+
+def summary(folders: list[Path], mode: str, against: Path | None = None) -> dict | None:
+    rooms, invalid = per_room(folders, mode)
+    if not rooms:
+        return None
+    values = list(rooms.values())
+    lo, hi = interval(values)
+    out = {"runs": len(folders), "rooms": len(rooms), "success": sum(values) / len(values), "lo": lo, "hi": hi}
+    out["invalid_rate"] = sum(invalid) / len(invalid)
+    if against is not None:
+        start, _ = per_room([against], mode)
+        if set(start) != set(rooms):
+            raise SystemExit(f"{against} and the runs played different rooms ({mode})")
+        diff = [rooms[g] - start[g] for g in rooms]
+        dlo, dhi = interval(diff)
+        out |= {"start": sum(start.values()) / len(start), "gain": sum(diff) / len(diff), "gain_lo": dlo}
+        out["gain_hi"] = dhi
+    return out
 
 
 if __name__ == "__main__":
+    args = sys.argv[1:]
+    against = None
+    if "--against" in args:
+        i = args.index("--against")
+        against, args = Path(args[i + 1]), args[:i] + args[i + 2 :]
     for mode in ("greedy", "sampled"):
-        files = sorted(Path(sys.argv[1]).glob(f"*/{mode}-s*.jsonl"))
-        if files:
-            print(mode, json.dumps(summary(files)))
+        row = summary([Path(a) for a in args], mode, against)
+        if row is not None:
+            print(mode, json.dumps(row))

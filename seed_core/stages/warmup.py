@@ -12,7 +12,9 @@ Paper recipes turn it off (`warmup.enabled: false`), and the stage then passes t
 SEED's teacher is the policy reading a skill block, which a tiny model cloned on plain prompts ignores (even the
 solver's plan from the current state barely moved its moves). With `warmup.skill_hints` (Sokoban) every expert step
 is also trained with a true hint in that block: the solver's plan from the step's state, or the oracle's skill of
-the expert's own episode. A further departure, for the CPU setting only.
+the expert's own episode. With `warmup.off_path_states` (Sokoban) each training room also gives states its expert
+plan never visits (ends of random walks, still solvable), each with the solver's move from there: DAgger's state
+coverage, with the solver as the expert. Both are further departures, for the CPU setting only.
 
 A vision-language policy on image observations first learns to see (`warmup.perception_epochs`): an SFT from each
 state's image to the room's grid text, on every state of the warm-up rooms' expert plans, written to
