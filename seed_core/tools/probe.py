@@ -235,9 +235,10 @@ def probe_moves(trainer: Trainer, env, games: list[GameEntry], seed: int, n_boot
     model, chance, invalid, rooms = [], [], [], []
     for x, gen in zip(states, gens):
         room = room_from_text(x["observation"])
+        optimal = {a for a in ACTIONS if step_labels(room, [a]) == ["optimal"]}
         action = parse_response(gen.text)[0]
-        model.append(float(step_labels(room, [action]) == ["optimal"]))
-        chance.append(sum(step_labels(room, [a]) == ["optimal"] for a in ACTIONS) / len(ACTIONS))
+        model.append(float(action in optimal))
+        chance.append(len(optimal) / len(ACTIONS))
         invalid.append(float(action not in ACTIONS))
         rooms.append(room_of[x["game_id"]])
     out = {"rooms": len(set(rooms)), "states": len(states), "time": {"generate_s": time.perf_counter() - t0}}

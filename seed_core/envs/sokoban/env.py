@@ -51,6 +51,20 @@ def completion(think: str, action: str) -> str:
     return f"<think>{think}</think>\n<action>{action}</action>"
 
 
+def step_example(game_id: str, room: Room, action: str, history: list[tuple[str, str]], env) -> dict:
+    """One warm-up example: `room` after `history`, rendered as `rollout.play` renders it (in `env.observation`'s
+    view; "observation" is the grid the step's image is drawn from), answered with `action`."""
+    return {
+        "prompt": sokoban_step_prompt(
+            SOKOBAN_TASK, room.text(), list(ACTIONS), history, env.history_length, env.observation
+        ),
+        "completion": completion(think_text(room, action), action),
+        "game_id": game_id,
+        "step": len(history),
+        "observation": room.text(),
+    }
+
+
 class SokobanPool:
     """Rooms by slot, stepped in this process; `reset` regenerates each room from its seed."""
 
@@ -177,19 +191,8 @@ class Sokoban:
         examples: list[dict] = []
         for game_id, path in self._plans(entries, env.max_steps, progress):
             history: list[tuple[str, str]] = []
-            for t, (room, action) in enumerate(path):
-                prompt = sokoban_step_prompt(
-                    SOKOBAN_TASK, room.text(), list(ACTIONS), history, env.history_length, env.observation
-                )
-                examples.append(
-                    {
-                        "prompt": prompt,
-                        "completion": completion(think_text(room, action), action),
-                        "game_id": game_id,
-                        "step": t,
-                        "observation": room.text(),
-                    }
-                )
+            for room, action in path:
+                examples.append(step_example(game_id, room, action, history, env))
                 history.append((room.text(), action))
         return examples
 
@@ -222,19 +225,7 @@ class Sokoban:
                     continue
                 seen.add(room.state_key())
                 found += 1
-                prompt = sokoban_step_prompt(
-                    SOKOBAN_TASK, room.text(), moves, history, env.history_length, env.observation
-                )
-                examples.append(
-                    {
-                        "prompt": prompt,
-                        "completion": completion(think_text(room, plan[0]), plan[0]),
-                        "game_id": game_id,
-                        "step": len(history),
-                        "observation": room.text(),
-                        "off_path": True,
-                    }
-                )
+                examples.append(step_example(game_id, room, plan[0], history, env) | {"off_path": True})
         return examples
 
     def perception_examples(self, entries: list[GameEntry], env, progress: bool = True) -> list[dict]:
