@@ -284,6 +284,10 @@ class TeacherConfig:
     """`oracle`: length budget of the skill in characters (the summary gets half); whole sentences are kept
     in priority order while they fit (null: no budget, ~600-1,200-character skills). Small analyzers learn
     short answers from few examples."""
+    oracle_claims: Literal["solver", "played"] = "solver"
+    """`oracle` (Sokoban): what a skill may state. `solver`: also the solver's shortest plans and the optimum;
+    `played`: only what the trajectory shows (outcome, moves played, wasted steps, the decisive push), which an
+    analyzer reading the episode can learn to say truthfully."""
     base_url: str = "http://127.0.0.1:8000/v1"
     """`openai`: endpoint base URL including /v1."""
     model: str = ""
@@ -529,6 +533,12 @@ class Params:
                 f"is {self.vision.image_size}, but a {rows}x{cols} room renders at 16 px per tile as "
                 f"{16 * rows}x{16 * cols}; the composite needs a square room and image_size {fits if rows == cols else '16 x side'}",
             )
+        _check(
+            self.teacher.oracle_claims == "solver" or self.env.name == "sokoban",
+            "teacher.oracle_claims",
+            f"is {self.teacher.oracle_claims!r}, but only Sokoban's oracle separates what an episode shows from what "
+            f"its solver knows (env.name is {self.env.name!r}); set teacher.oracle_claims: solver",
+        )
 
 
 # ---------------------------------------------------------------- loading

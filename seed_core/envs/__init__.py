@@ -86,8 +86,9 @@ class Environment(Protocol):
         "game_id", "step"}; a game the expert cannot win within `env.max_steps` contributes nothing."""
         ...
 
-    def oracle(self, max_chars: int | None = None):
-        """The oracle teacher: hindsight skills from trajectories (`complete_trajectories`)."""
+    def oracle(self, max_chars: int | None = None, claims: str = "solver"):
+        """The oracle teacher: hindsight skills from trajectories (`complete_trajectories`); `claims`
+        (`teacher.oracle_claims`) other than `solver` only where the environment has a solver to leave out."""
         ...
 
     def step_labels(self, traj: Trajectory) -> list[str] | None:

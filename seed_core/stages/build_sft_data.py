@@ -95,7 +95,7 @@ def make_teacher(
     """The teacher named by `teacher.kind` (`env` gives the oracle). `openai` checks its API key variable here,
     before any rollout."""
     if cfg.kind == "oracle":
-        return env.oracle(cfg.oracle_max_chars)
+        return env.oracle(cfg.oracle_max_chars, cfg.oracle_claims)
     if cfg.kind == "openai":
         return OpenAITeacher(
             cfg.base_url,

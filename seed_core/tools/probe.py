@@ -85,7 +85,11 @@ def self_skills(trainer: Trainer, trajs: list[Trajectory]) -> list[Skill]:
 
 
 def oracle_skills(env, params: Params, trajs: list[Trajectory]) -> list[Skill]:
-    return analyze(trajs, env.oracle(params.teacher.oracle_max_chars), max_skill_chars=params.rl.max_skill_chars)[0]
+    return analyze(
+        trajs,
+        env.oracle(params.teacher.oracle_max_chars, params.teacher.oracle_claims),
+        max_skill_chars=params.rl.max_skill_chars,
+    )[0]
 
 
 def probe_credit(trainer: Trainer, env, pool, games: list[GameEntry], group_size: int, seed: int, n_boot: int) -> dict:

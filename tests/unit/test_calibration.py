@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from seed_core.config import params_from_dict
+from seed_core.config import ConfigError, params_from_dict
 from seed_core.envs import GameEntry
 from seed_core.envs.sokoban.env import Sokoban
 from seed_core.envs.sokoban.room import generate_room, room_from_text, solve
@@ -69,6 +69,14 @@ def test_off_path_states_are_new_solvable_and_labelled_by_the_solver():
 def test_off_path_states_need_sokobans_solver():
     with pytest.raises(ValueError, match=r"only Sokoban's solver .* set warmup.off_path_states: 0"):
         with_off_path_states([{"game_id": "g"}], [], 2, SimpleNamespace(name="alfworld"), PARAMS)
+
+
+def test_played_claims_need_sokobans_solver():
+    with pytest.raises(ConfigError, match=r"only Sokoban's oracle .* set teacher.oracle_claims: solver"):
+        params_from_dict({"teacher": {"oracle_claims": "played"}})
+    assert params_from_dict({"env": {"name": "sokoban"}, "teacher": {"oracle_claims": "played"}}).teacher.oracle_claims
+    with pytest.raises(ConfigError, match="oracle_claims"):
+        params_from_dict({"env": {"name": "sokoban"}, "teacher": {"oracle_claims": "plan"}})
 
 
 def test_random_moves_baseline_win_more_of_short_rooms():

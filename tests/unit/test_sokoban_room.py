@@ -5,6 +5,7 @@ Pure numpy (no torch): hand-made rooms are written as maps in verl-agent's symbo
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections import deque
@@ -420,6 +421,33 @@ def test_oracle_max_chars_keeps_whole_sentences():
         assert short["episode_skill"].endswith(".") and short["episode_skill"].startswith(first)
         assert all(s in full["episode_skill"] for s in short["episode_skill"].split(". "))
         assert (short["episode_skill"] != first) == (budget > 120)  # 120 holds only the rule
+
+
+def test_played_claims_state_only_what_the_episode_shows():
+    rng = np.random.default_rng(1)
+    solver, played = SokobanOracleTeacher((6, 6), 1), SokobanOracleTeacher((6, 6), 1, claims="played")
+    kinds = set()
+    for seed in range(40):
+        room, actions = generate_room(seed), []
+        while len(actions) < 15 and not room.won:
+            plan = solve(room)
+            actions.append(plan[0] if plan and rng.random() < 0.5 else str(rng.choice(list(ACTIONS))))
+            room = room.moved(actions[-1])
+        traj = trajectory(seed, actions, room.won)
+        a = played.analyze(traj)
+        kinds.add("won" if a.won else "dead" if a.dead_push else "alive")
+        text = " ".join(json.loads(played.analyze_trajectory(traj)).values())
+        full = " ".join(json.loads(solver.analyze_trajectory(traj)).values())
+        # the solver's facts are gone; its plans only ever appear in the solver version
+        assert "optimal" not in text and "shortest plan" not in text and "still needed" not in text, text
+        assert "optimal" in full
+        # every move list left is the moves the episode made, so checking it needs no solver
+        lists = re.findall(r"(?<!one of )\b(?:up|down|left|right)(?:, (?:up|down|left|right)\b)+", text)
+        assert all(ls.split(", ") == list(a.effective) for ls in lists), (lists, a.effective)
+        assert played.check_skill(traj, text).consistent
+    assert kinds == {"won", "dead", "alive"}  # every kind of answer was exercised
+    with pytest.raises(ValueError, match="solver, played"):
+        SokobanOracleTeacher((6, 6), 1, claims="plan")
 
 
 def test_oracle_replays_invalid_steps_as_no_ops_and_refuses_a_changed_room():

@@ -58,9 +58,11 @@ class Alfworld:
 
         return expert_examples(self.root, entries, env, progress)
 
-    def oracle(self, max_chars: int | None = None):
+    def oracle(self, max_chars: int | None = None, claims: str = "solver"):
         from seed_core.envs.alfworld.oracle import OracleTeacher
 
+        if claims != "solver":  # params check this too; a direct caller gets the same answer
+            raise ValueError(f"ALFWorld's oracle writes from the expert's plan only (claims 'solver'), got {claims!r}")
         return OracleTeacher(self.root, max_chars)
 
     def step_labels(self, traj) -> None:

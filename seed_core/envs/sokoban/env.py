@@ -254,10 +254,10 @@ class Sokoban:
         plan = solve(room_from_text(observation))
         return SOKOBAN_PLAN_HINT.format(plan=", ".join(plan)) if plan else None
 
-    def oracle(self, max_chars: int | None = None):
+    def oracle(self, max_chars: int | None = None, claims: str = "solver"):
         from seed_core.envs.sokoban.oracle import SokobanOracleTeacher
 
-        return SokobanOracleTeacher(self.dim, self.num_boxes, max_chars)
+        return SokobanOracleTeacher(self.dim, self.num_boxes, max_chars, claims)
 
     def step_labels(self, traj) -> list[str]:
         """The solver's verdict on each step (`room.step_labels`); an invalid answer is the no-op it played."""

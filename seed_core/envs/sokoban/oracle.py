@@ -11,7 +11,10 @@ BFS solver what was possible. It writes the JSON answer an LLM teacher would
   rule that avoids it;
 - failure otherwise (out of steps): the wasted moves (invalid responses, moves that bumped into a wall or an
   unpushable box, steps back to an earlier state) and what the room still needed from the last state.
-Positions are (row, col) with row 0 at the top, said once per answer.
+Positions are (row, col) with row 0 at the top, said once per answer. With `claims="played"`
+(`teacher.oracle_claims`) an answer states only what can be read off the trajectory itself: the solver's plans
+and the optimum are left out, so a small analyzer trained on these answers is never taught to state a plan it
+could not have worked out.
 
 Same protocol and choices as the ALFWorld oracle (`envs/alfworld/oracle.py`): `complete_trajectories`
 instead of analyzer prompts, never re-asked, 0 prompt tokens and `len(text.split())` completion tokens, a
@@ -33,6 +36,10 @@ from seed_core.method.skills import budgeted_answer, oracle_answers
 from seed_core.method.teachers import TeacherAnswer, TeacherStats
 from seed_core.records import DataError, Trajectory
 
+# What an answer may state (teacher.oracle_claims): `solver` adds the solver's facts (the shortest plan from the
+# start or from where a lost episode ended, the optimum); `played` keeps to what a reader of the trajectory can
+# check (the outcome, the moves that changed the room, the wasted steps, the decisive push).
+CLAIMS = ("solver", "played")
 _SIDE = {"up": "above it", "down": "below it", "left": "left of it", "right": "right of it"}
 # At most this many step numbers in any list the answer names.
 _LIST_MAX = 6
@@ -264,35 +271,43 @@ def _mistake(a: EpisodeAnalysis) -> str:
     return f"{head} {tail}"
 
 
-def success_answer(a: EpisodeAnalysis, max_chars: int | None = None) -> dict[str, str]:
+def success_answer(a: EpisodeAnalysis, max_chars: int | None = None, solver: bool = True) -> dict[str, str]:
+    """The answer for a won episode; `solver` False: only what the trajectory shows (no optimum, no plan)."""
+    optimal = f", {_optimal(a)}" if solver else ""
     parts = [
         _WORKFLOW,
-        f"Here ({_COORDS}) {_boxes_and_targets(a, 'reached')} with: {_plan(a.effective)} ({a.steps} steps, "
-        f"{_optimal(a)}).",
+        f"Here ({_COORDS}) {_boxes_and_targets(a, 'reached')} with: {_plan(a.effective)} ({a.steps} steps{optimal}).",
     ]
-    if a.start_plan is not None and a.steps > len(a.start_plan):
+    if solver and a.start_plan is not None and a.steps > len(a.start_plan):
         parts.append(f"The shortest plan takes {len(a.start_plan)} steps: {_plan(a.start_plan)}.")
     parts += _waste_notes(a)
     parts.append(_CHECK_PUSH)
-    summary = [f"Success in {a.steps} step(s) ({_optimal(a)}).", _counts(a)]
+    summary = [f"Success in {a.steps} step(s){f' ({_optimal(a)})' if solver else ''}.", _counts(a)]
     summary.append(f"Moves: {_plan(a.effective)}.")
     return budgeted_answer(summary, parts, max_chars)
 
 
-def failure_answer(a: EpisodeAnalysis, max_chars: int | None = None) -> dict[str, str]:
+def failure_answer(a: EpisodeAnalysis, max_chars: int | None = None, solver: bool = True) -> dict[str, str]:
+    """The answer for a lost episode; `solver` False: only what the trajectory shows (the decisive push, the
+    wasted moves), none of the solver's plans or step counts."""
     counts = _counts(a)
-    start = f"The shortest plan from the start takes {len(a.start_plan)} steps: {_plan(a.start_plan)}."
+    optimal = f" ({_optimal(a)})" if solver else ""
+    start = (
+        []
+        if not solver or a.start_plan is None
+        else [f"The shortest plan from the start takes {len(a.start_plan)} steps: {_plan(a.start_plan)}."]
+    )
     if a.dead_push is not None:
         parts = [
             _RULES[a.dead_reason],
             f"Here ({_COORDS}) the decisive mistake was {_mistake(a)}.",
-            start,
+            *start,
             "Warning sign: a push that puts a box next to a wall or into a corner away from the targets; walk "
             "around and push it from another side instead.",
             *_waste_notes(a),
         ]
         summary = [
-            f"Failure after {a.steps} step(s) ({_optimal(a)}): step {a.dead_step} (push {a.dead_push.direction}) "
+            f"Failure after {a.steps} step(s){optimal}: step {a.dead_step} (push {a.dead_push.direction}) "
             "left the room unsolvable.",
             counts,
         ]
@@ -301,23 +316,26 @@ def failure_answer(a: EpisodeAnalysis, max_chars: int | None = None) -> dict[str
         parts = [_WORKFLOW, _CHECK_PUSH, *_waste_notes(a)]
         summary = [f"Failure after {a.steps} step(s): the solver found no plan for this room from the start.", counts]
         return budgeted_answer(summary, parts, max_chars)
-    if a.last_plan is not None:
-        still = f"and the room still needed {len(a.last_plan)} more step(s): {_plan(a.last_plan)}"
+    if not solver:
+        still = ""
+    elif a.last_plan is not None:
+        still = f", and the room still needed {len(a.last_plan)} more step(s): {_plan(a.last_plan)}"
     else:
-        still = "and the solver could not tell what the room still needed"
+        still = ", and the solver could not tell what the room still needed"
     where = _cells(a.end_boxes)
     parts = [
         "Every step counts: walk straight to the side of the box opposite its target and push; do not bump into "
         "walls, give invalid answers or walk back and forth.",
         f"Here ({_COORDS}) {_boxes_and_targets(a, 'never all reached' if len(a.targets) > 1 else 'never reached')}"
         f": after {a.steps} steps the box{'es were' if len(a.targets) > 1 else ' was'} at {where}, {a.wasted} "
-        f"step(s) were wasted, {still}.",
-        start,
+        f"step(s) were wasted{still}.",
+        *start,
         *_waste_notes(a),
         _WORKFLOW,
     ]
     need = f"{len(a.last_plan)} more step(s) were needed" if a.last_plan is not None else "the rest is unknown"
-    summary = [f"Failure after {a.steps} step(s) ({_optimal(a)}): the room stayed solvable; {need}.", counts]
+    stayed = f": the room stayed solvable; {need}" if solver else ""
+    summary = [f"Failure after {a.steps} step(s){optimal}{stayed}.", counts]
     return budgeted_answer(summary, parts, max_chars)
 
 
@@ -381,10 +399,13 @@ class SokobanOracleTeacher:
 
     name = "oracle"
 
-    def __init__(self, dim: tuple[int, int], num_boxes: int, max_chars: int | None = None):
+    def __init__(self, dim: tuple[int, int], num_boxes: int, max_chars: int | None = None, claims: str = "solver"):
+        if claims not in CLAIMS:
+            raise ValueError(f"oracle claims must be one of {', '.join(CLAIMS)}, got {claims!r}")
         self.dim = tuple(dim)
         self.num_boxes = num_boxes
         self.max_chars = max_chars  # skill budget (the summary gets half), whole sentences; None: no limit
+        self.claims = claims  # solver: also the solver's plans and optimum; played: only what the episode shows
         self.stats = TeacherStats()
         self._rooms: dict[int, Room] = {}
 
@@ -410,7 +431,7 @@ class SokobanOracleTeacher:
     def analyze_trajectory(self, traj: Trajectory) -> str:
         """The JSON answer for one trajectory: byte-identical for the same trajectory."""
         a = self.analyze(traj)
-        answer = (success_answer if a.won else failure_answer)(a, self.max_chars)
+        answer = (success_answer if a.won else failure_answer)(a, self.max_chars, solver=self.claims == "solver")
         return json.dumps(answer, ensure_ascii=False)
 
     def check_skill(self, traj: Trajectory, text: str) -> SkillCheck:
