@@ -321,7 +321,7 @@ def build_parser() -> argparse.ArgumentParser:
         "AUC with which GRPO's and GiGPO's step advantages and SEED's per-step Δ (all response tokens, action "
         "tokens) and gate tell optimal moves from the others, pooled and within trajectories (GRPO is 0.5 there by construction). uplift: greedy "
         "success with no skill, then with the oracle's or the model's skill of that first episode, the solver's "
-        "plan from the current state, or another room's oracle skill in the prompt. 95%% bootstrap intervals over "
+        "plan from the current state, or another room's oracle skill in the prompt. 95 % bootstrap intervals over "
         "rooms. random: the chance baseline, uniformly random moves (no model). moves: legibility, the share of "
         "optimal greedy moves on each room's start and a few states off its solver's path, against chance. Prints the tables; --out writes JSON.",
     )
