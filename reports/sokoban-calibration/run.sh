@@ -41,7 +41,7 @@ for step in "$@"; do
       p=$START/$step/params.yaml
       timed "$step" python flows/rl.py --params "$p" --runs-dir "runs/$step" --out-dir "models/$step" \
         --metrics "out/$step/rl.json" --plots "out/$step/rl_updates.json"
-      timed "eval-$step" python flows/evaluate.py --model "$step" --params "$p" --metrics-dir "out/$step"
+      timed "eval-$step" python flows/evaluate.py --model "$step" --model-dir "models/$step" --params "$p" --metrics-dir "out/$step"
       ;;
     *) echo "unknown step '$step': prepare, warmup, eval-warmup, stage1 or grpo-s<N>" >&2 && exit 2 ;;
   esac
