@@ -7,7 +7,8 @@ sources it prints one JSON line:
 - parse_rate: answers that parse;
 - consistent: answers that parse, make a checkable claim and no false one (`Environment.check_skill`), as a
   share of all answers: a skill that parses but lies counts as a failure here;
-- outcome_true, move_lists_true: the shares of stated outcomes and move lists that are true;
+- outcome_true, move_lists_true, facts_true: the shares of stated outcomes, move lists, and counts and step
+  numbers that are true;
 and `gain` (after minus before, paired per room) on the analyzer's line. `train_analyzer` reports the same
 shares without intervals, and its `consistent` among parsed answers only.
 """
@@ -53,7 +54,7 @@ def main(sft_dir: Path, heldout: Path, params_path: str = "params.yaml") -> None
             answers[tag][row["traj_id"]] = SimpleNamespace(summary=p.summary, skill=p.skill) if p.ok else None
     consistent_of: dict[str, dict[str, float]] = {}
     for tag, by_traj in answers.items():
-        parsed, consistent, outcomes, lists = [], [], [], []
+        parsed, consistent, outcomes, lists, facts = [], [], [], [], []
         for tid, ans in by_traj.items():
             game = trajs[tid].game_id
             check = env.check_skill(trajs[tid], ans) if ans is not None else None
@@ -63,10 +64,11 @@ def main(sft_dir: Path, heldout: Path, params_path: str = "params.yaml") -> None
                 outcomes.append((game, float(check.outcome)))
             if check is not None:
                 lists += [(game, float(i < check.move_lists_true)) for i in range(check.move_lists)]
+                facts += [(game, float(i < check.facts_true)) for i in range(check.facts)]
         consistent_of[tag] = {tid: x for tid, (_, x) in zip(by_traj, consistent)}
         line = {"source": tag, "trajectories": len(by_traj), "rooms": len({g for g, _ in parsed})}
         line |= {"parse_rate": share(parsed), "consistent": share(consistent)}
-        line |= {"outcome_true": share(outcomes), "move_lists_true": share(lists)}
+        line |= {"outcome_true": share(outcomes), "move_lists_true": share(lists), "facts_true": share(facts)}
         if tag == "after":
             diff = [(trajs[t].game_id, x - consistent_of["before"][t]) for t, x in consistent_of["after"].items()]
             line["gain"] = share(diff)

@@ -97,9 +97,9 @@ class Environment(Protocol):
         ...
 
     def check_skill(self, traj: Trajectory, skill: Skill):
-        """What a parsed skill claims about `traj` (its outcome, the moves it lists), checked against the episode
-        and the solver: an object with `consistent`, `outcome`, `move_lists`, `move_lists_true` (Sokoban's
-        `oracle.SkillCheck`); None where the environment has no solver."""
+        """What a parsed skill claims about `traj` (its outcome, the moves it lists, the counts it states), checked
+        against the episode and the solver: an object with `consistent`, `outcome`, `move_lists`, `move_lists_true`,
+        `facts`, `facts_true` (Sokoban's `oracle.SkillCheck`); None where the environment has no solver."""
         ...
 
     def key_names(self, traj: Trajectory) -> list[str]:

@@ -326,9 +326,9 @@ def shuffled_skills(trajectories: Sequence[Trajectory], skills: Sequence[Skill |
 def consistency_metrics(env, trajectories: Sequence[Trajectory], skills: Sequence[Skill]) -> dict[str, float]:
     """Whether parsed skills say true things of their episodes (`Environment.check_skill`): the share that make at
     least one checkable claim and no false one (`skills/consistent`), the share of outcome claims that are true,
-    and the share of stated move lists that are true; {} where the environment cannot check (ALFWorld) or no skill
-    parsed; a share with nothing to count (no outcome claim, no move list) is left out. A skill that parses but
-    lies is not a success."""
+    the share of stated move lists that are true, and the share of stated counts and step numbers that are true; {}
+    where the environment cannot check (ALFWorld) or no skill parsed; a share with nothing to count (no outcome
+    claim, no move list, no count) is left out. A skill that parses but lies is not a success."""
     checks = [env.check_skill(t, s) for t, s in zip(trajectories, skills) if s.parse_status in PARSED]
     checks = [c for c in checks if c is not None]
     if not checks:
@@ -340,6 +340,8 @@ def consistency_metrics(env, trajectories: Sequence[Trajectory], skills: Sequenc
         out["skills/outcome_true"] = sum(outcomes) / len(outcomes)
     if lists:
         out["skills/move_lists_true"] = sum(c.move_lists_true for c in checks) / lists
+    if facts := sum(c.facts for c in checks):
+        out["skills/facts_true"] = sum(c.facts_true for c in checks) / facts
     return out
 
 

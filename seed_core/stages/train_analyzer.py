@@ -59,7 +59,7 @@ def skill_quality(
 ) -> dict[str, float | int | None]:
     """Parse rate, token F1 and target-location hit of `skills` (one per trajectory) against `reference`, and where
     the environment can check a skill's claims (Sokoban) whether they are true (`consistent`, `outcome_true`,
-    `move_lists_true`: `consistency_metrics`)."""
+    `move_lists_true`, `facts_true`: `consistency_metrics`)."""
     parsed = [s.parse_status in PARSED for s in skills]
     f1s, hits = [], []
     for t, s, ok in zip(trajs, skills, parsed):

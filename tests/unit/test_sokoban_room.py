@@ -535,9 +535,25 @@ def test_check_skill_flags_false_outcomes_false_plans_and_empty_claims():
     assert check_skill("The box never reached the target.", room, actions, a).outcome is False
 
 
+def test_check_skill_checks_the_counts_and_step_numbers_it_states():
+    room, actions, a = won_episode()  # 4 steps, pushes at steps 3 and 4, no bump, revisit or invalid answer
+    counts = "0 invalid response(s), 0 move(s) with no effect, 0 move(s) back to an earlier position."
+    true = check_skill(f"Success in 4 step(s). 2 push(es), {counts} Step 3 pushes the box up.", room, actions, a)
+    assert (true.facts, true.facts_true) == (6, 6) and true.consistent
+    # the Stage-1 analyzer's kind of lie: right outcome and wording, wrong counts, a step the episode never had
+    lie = check_skill(f"Success in 4 step(s). 1 push(es), {counts} A bump at step 9.", room, actions, a)
+    assert lie.outcome is True and (lie.facts, lie.facts_true) == (6, 4) and not lie.consistent
+    revisits = check_skill("Success. 2 move(s) went back to an earlier position (step 2, 3).", room, actions, a)
+    assert (revisits.facts, revisits.facts_true) == (
+        3,
+        2,
+    ) and not revisits.consistent  # steps 2, 3 exist; not 2 revisits
+
+
 def test_the_oracles_answers_are_consistent_on_random_episodes():
     rng = np.random.default_rng(0)
     teacher, short = SokobanOracleTeacher((6, 6), 1), SokobanOracleTeacher((6, 6), 1, max_chars=300)
+    played = SokobanOracleTeacher((6, 6), 1, max_chars=300, claims="played")
     for seed in range(60):
         room, actions = generate_room(seed), []
         while len(actions) < 15 and not room.won:  # random moves and invalid answers, now and then the solver's
@@ -545,9 +561,10 @@ def test_the_oracles_answers_are_consistent_on_random_episodes():
             actions.append(plan[0] if plan and rng.random() < 0.3 else str(rng.choice([*ACTIONS, "bogus"])))
             room = room.moved(actions[-1])
         traj = trajectory(seed, actions, room.won, valid=[a in ACTIONS for a in actions])
-        for t in (teacher, short):
+        for t in (teacher, short, played):
             answer = json.loads(t.analyze_trajectory(traj))
-            assert t.check_skill(traj, f"{answer['episode_summary']}\n{answer['episode_skill']}").consistent, answer
+            check = t.check_skill(traj, f"{answer['episode_summary']}\n{answer['episode_skill']}")
+            assert check.consistent and check.facts > 0, answer  # every oracle summary states its counts
 
 
 def test_consistency_metrics_over_a_batch_of_skills():
@@ -559,14 +576,19 @@ def test_consistency_metrics_over_a_batch_of_skills():
         return Skill(won.traj_id, won.game_id, "sokoban", "success", summary, text, status, "", "test", "")
 
     skills = [
-        skill("Success.", "Push it: " + ", ".join(plan) + "."),  # true outcome, true plan
+        skill(f"Success in {len(plan)} step(s).", "Push it: " + ", ".join(plan) + "."),  # all true
         skill("Failure.", "Push it: " + ", ".join(plan) + "."),  # false outcome
-        skill("Success.", "Go: up, up, up, up."),  # a false plan (up x4 does not win room 4)
+        skill("Success in 99 step(s).", "Go: up, up, up, up."),  # a false count, a false plan (up x4 loses room 4)
         skill("", "", "failed"),  # not parsed: not counted
     ]
     assert not generate_room(seed).moved("up").moved("up").moved("up").moved("up").won
     m = consistency_metrics(Sokoban(), [won] * 4, skills)
-    assert m == {"skills/consistent": 1 / 3, "skills/outcome_true": 2 / 3, "skills/move_lists_true": 2 / 3}
+    assert m == {
+        "skills/consistent": 1 / 3,
+        "skills/outcome_true": 2 / 3,
+        "skills/move_lists_true": 2 / 3,
+        "skills/facts_true": 1 / 2,
+    }
     assert consistency_metrics(Sokoban(), [won], [skills[-1]]) == {}
 
 

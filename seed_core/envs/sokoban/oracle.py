@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from seed_core.envs.sokoban.room import ACTIONS, TARGET, WALL, Cell, Room, generate_room, search
@@ -344,6 +344,20 @@ def failure_answer(a: EpisodeAnalysis, max_chars: int | None = None, solver: boo
 _MOVE_LIST = re.compile(r"\b(?:up|down|left|right)\b(?:\s*,\s*(?:and\s+)?(?:up|down|left|right)\b)+", re.I)
 _SUCCESS = re.compile(r"\bsuccess\w*|(?<!never )(?<!never all )\breached\b|\bsolved\b|\bwon\b", re.I)
 _FAILURE = re.compile(r"\bfail\w*|\bdecisive mistake\b|\bnever (?:all )?reached\b|\bunsolvable\b", re.I)
+# Counts a skill can state, each with the replay's true value. The oracle words them this way (`_counts`,
+# `_waste_notes`), so a Stage-1 analyzer copies these phrasings; each one stated is a claim checked exactly.
+_COUNT_CLAIMS: tuple[tuple[re.Pattern, Callable[[EpisodeAnalysis], int]], ...] = (
+    (re.compile(r"\b(\d+) push\(es\)", re.I), lambda a: len(a.pushes)),
+    (
+        re.compile(r"\b(\d+) (?:invalid response\(s\)|response\(s\) gave no valid move)", re.I),
+        lambda a: len(a.invalid_steps),
+    ),
+    (re.compile(r"\b(\d+) move\(s\) (?:with no effect|bumped)", re.I), lambda a: len(a.bump_steps)),
+    (re.compile(r"\b(\d+) move\(s\) (?:went )?back to an earlier position", re.I), lambda a: len(a.revisit_steps)),
+    (re.compile(r"\b(?:after|in) (\d+) steps?\b", re.I), lambda a: a.steps),
+    (re.compile(r"\b(\d+) step\(s\) were wasted", re.I), lambda a: a.wasted),
+)
+_STEP_REFS = re.compile(r"\bsteps? (\d+(?:, \d+)*)", re.I)  # "step 12 (push left)", "(step 6, 7, 12)"
 
 
 @dataclass(frozen=True)
@@ -353,13 +367,16 @@ class SkillCheck:
     outcome: bool | None  # the claimed outcome is the recorded one; None: no claim (or both claimed: False)
     move_lists: int  # lists of two or more moves the text states
     move_lists_true: int  # of which: the moves played, or a plan that wins from the start or from the last state
+    facts: int = 0  # counts it states (pushes, invalid answers, bumps, revisits, steps, wasted steps) and step numbers
+    facts_true: int = 0  # of which: the replay's count; a step number within the episode
 
     @property
     def consistent(self) -> bool:
         """At least one claim, and every claim true: a skill that parses but states nothing checkable, or anything
         false, is not consistent."""
-        claims = (self.outcome is not None) + self.move_lists
-        return claims > 0 and self.outcome is not False and self.move_lists_true == self.move_lists
+        claims = (self.outcome is not None) + self.move_lists + self.facts
+        true = self.move_lists_true == self.move_lists and self.facts_true == self.facts
+        return claims > 0 and self.outcome is not False and true
 
 
 def _wins(room: Room, moves: Sequence[str]) -> bool:
@@ -374,7 +391,8 @@ def check_skill(text: str, room: Room, actions: Sequence[str | None], a: Episode
     of failure: fail..., decisive mistake, never reached, unsolvable; both kinds at once is a false claim), and
     every list of two or more moves it states, which is true when it is the moves the episode made (those that
     changed the room, or every move it sent) or a plan that wins the room from its start or (a lost episode) from
-    its last state."""
+    its last state; and every count it states in the oracle's words (`_COUNT_CLAIMS`: "3 push(es)", "after 15
+    step(s)", ...) against the replay, and every step number it names ("step 21") against the episode's length."""
     said_won, said_lost = bool(_SUCCESS.search(text)), bool(_FAILURE.search(text))
     outcome = None if not (said_won or said_lost) else (said_won != said_lost and said_won == a.won)
     end = room
@@ -387,7 +405,9 @@ def check_skill(text: str, room: Room, actions: Sequence[str | None], a: Episode
         if not text[: m.start()].lower().endswith("one of ")  # the answer format: "exactly one of up, down, ..."
     ]
     true = sum(ms in (list(a.effective), sent) or _wins(room, ms) or (not a.won and _wins(end, ms)) for ms in lists)
-    return SkillCheck(outcome, len(lists), true)
+    facts = [int(m.group(1)) == value(a) for pattern, value in _COUNT_CLAIMS for m in pattern.finditer(text)]
+    facts += [1 <= int(n) <= a.steps for m in _STEP_REFS.finditer(text) for n in m.group(1).split(", ")]
+    return SkillCheck(outcome, len(lists), true, len(facts), sum(facts))
 
 
 class SokobanOracleTeacher:
