@@ -1,12 +1,13 @@
 """Held-out success of `evaluate` runs with a 95 % percentile bootstrap interval over rooms, per decoding mode.
 
 Usage: python eval_ci.py data/eval/<model> [more runs: seeds] [--against data/eval/<start>]
-Reads <split>/<mode>-s<seed>.jsonl of each folder and prints one JSON line per mode. Several folders (the seeds of
+Reads <split>/<mode>-s<seed>.jsonl (or .jsonl.gz, as committed here) of each folder and prints one JSON line per mode. Several folders (the seeds of
 one arm) are averaged per room first, so the interval is over rooms; `--against` adds the paired difference per
 room (runs minus start) with its interval. Used for the figures in this folder: `evaluate` itself reports success
 without an interval.
 """
 
+import gzip
 import json
 import random
 import sys
@@ -19,8 +20,9 @@ def per_room(folders: list[Path], mode: str) -> tuple[dict[str, float], list[boo
     won: dict[str, list[float]] = defaultdict(list)
     invalid: list[bool] = []
     for folder in folders:
-        for f in sorted(folder.glob(f"*/{mode}-s*.jsonl")):
-            for line in f.read_text().splitlines():
+        for f in sorted(folder.glob(f"*/{mode}-s*.jsonl*")):
+            text = gzip.decompress(f.read_bytes()).decode() if f.suffix == ".gz" else f.read_text()
+            for line in text.splitlines():
                 t = json.loads(line)
                 won[t["game_id"]].append(float(t["won"]))
                 invalid += [not s["valid"] for s in t["steps"]]
