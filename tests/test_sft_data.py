@@ -182,7 +182,7 @@ def test_oracle_dataset_split_preview_metrics(alfworld_root, tiny_model_dir, tra
     assert min(lengths) <= m["sft_data/skill_chars/mean"] <= max(lengths)
     assert m["teacher/calls"] == GAMES * SAMPLES and m["teacher/requests"] == 0 and m["teacher/name"] == "oracle"
     assert m["sft_data/success_rate"] == sum(s.outcome == "success" for s in skills.values()) / len(skills)
-    assert (tmp_path / "teacher_cache").is_dir()  # a DVC output, present even when nothing was asked
+    assert not (tmp_path / "teacher_cache").exists()  # the oracle asks nothing, so nothing is cached
 
 
 def test_missing_api_key_is_refused_before_any_rollout(

@@ -202,8 +202,6 @@ def run_build_sft_data(
     train_ids, val_ids = split_games([g.game_id for g in games], cfg.validation_fraction, cfg.seed)
     # The teacher first: a missing API key or teacher checkpoint is refused before any rollout is spent.
     teacher = make_teacher(params.teacher, env, model=params.model, batch_size=params.rollout.batch_size)
-    # The openai cache is a DVC output: it must exist even when nothing was asked (DVC refuses a missing out).
-    Path(params.teacher.cache_dir).mkdir(parents=True, exist_ok=True)
 
     trajs: list[Trajectory] = []
     with open_sampler(model_dir, params, params.rollout, cfg.seed) as policy:

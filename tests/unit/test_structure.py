@@ -169,6 +169,31 @@ def test_dvc_deps_cover_the_code_a_stage_runs(name):
     assert not extra, f"dvc.yaml stage {name} lists deps its code does not import: {extra}; remove them"
 
 
+def test_every_stage_rl_builds_on_can_be_restored_from_the_run_cache():
+    """DVC keeps a stage with a persisted output out of its run-cache. A sweep's experiments share every stage
+    upstream of `rl`, so such a stage would re-run in every experiment (and retrain what follows it)."""
+    stages = dvc_stages()
+    made_by = {
+        (o if isinstance(o, str) else next(iter(o))): name
+        for name, body in stages.items()
+        for o in body.get("outs", [])
+    }
+    upstream, todo = set(), ["rl"]
+    while todo:
+        for dep in stages[todo.pop()].get("deps", []):
+            if dep in made_by and made_by[dep] not in upstream:
+                upstream.add(made_by[dep])
+                todo.append(made_by[dep])
+    assert {"prepare", "warmup", "build_sft_data", "train_analyzer"} <= upstream
+    persisted = {
+        f"{name}: {next(iter(o))}"
+        for name in upstream
+        for o in stages[name].get("outs", [])
+        if isinstance(o, dict) and next(iter(o.values())).get("persist")
+    }
+    assert not persisted, f"persisted outputs upstream of rl keep their stages out of DVC's run-cache: {persisted}"
+
+
 def test_the_closure_follows_lazy_imports_and_packages():
     """The test above is only as good as this: a function-level import counts, and so does each package's
     __init__.py on the way to a module."""
