@@ -26,6 +26,7 @@ def sweep(
     run: bool = True,
     jobs: int = 1,
     results: str = "results",
+    rerun: bool = False,
 ) -> list[dict]:
     log = get_run_logger()
     summary = run_sweep(
@@ -38,6 +39,7 @@ def sweep(
         results=results,
         group=f"sweep-{flow_run.id or 'local'}",
         log=log.info,
+        rerun=rerun,
     )
     if summary:
         publish("sweep", f"## sweep `{recipe}`\n\nresults in `{results}/`\n\n{report(summary)}\n")

@@ -152,6 +152,20 @@ def test_sweep_runs_collects_and_names_the_failed_run(tmp_path):
     assert again.returncode == 1 and "sdar-s1" in again.stderr
     assert json.loads((root / "results/sweep.json").read_text())[0]["rev"] == summary["grpo-s0"]["rev"]
 
+    # running it again resumes: the three that succeeded are kept, only the failed one runs again
+    resumed = seed_cli("sweep", "recipe.yaml", "--run", cwd=root)
+    assert resumed.returncode == 1 and "did not succeed: sdar-s1" in resumed.stderr
+    kept = "kept 3 experiments already run on this commit with the same params: grpo-s0, grpo-s1, sdar-s0"
+    assert kept in resumed.stdout and "queued sdar-s1" in resumed.stdout and "queued grpo" not in resumed.stdout
+    revs = {s["name"]: s.get("rev") for s in json.loads((root / "results/sweep.json").read_text())}
+    assert all(revs[n] == summary[n]["rev"] for n in ("grpo-s0", "grpo-s1", "sdar-s0"))
+    # with other params (here a recipe that changes rl.epochs) nothing is kept
+    (root / "recipe.yaml").write_text(
+        yaml.safe_dump({"seeds": 1, "set": {"rl.epochs": 3}, "methods": {"grpo": {"rl.method": "grpo"}}})
+    )
+    changed = seed_cli("sweep", "recipe.yaml", "--run", cwd=root)
+    assert changed.returncode == 0 and "kept" not in changed.stdout and "queued grpo-s0" in changed.stdout
+
 
 @pytest.mark.fault("params", n=2)  # unknown method, outputs git-ignored
 def test_sweep_refuses_bad_input_before_queueing(tmp_path):

@@ -157,6 +157,7 @@ def cmd_sweep(args: argparse.Namespace) -> None:
         collect_only=args.collect,
         jobs=args.jobs,
         results=args.results,
+        rerun=args.rerun,
     )
     failed = [s["name"] for s in summary if s["status"] != "success"]
     if failed:
@@ -436,7 +437,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Queues one `dvc exp run --queue -n <method>-s<seed> -S ...` per combination of the recipe "
         "(recipes/sweeps/methods.yaml), after validating every combination's params. With --run it runs the "
         "queue and collects each experiment's params.yaml and metrics/ into RESULTS/<method>-s<seed>/ plus "
-        "RESULTS/sweep.json; a failed run does not stop the others and is named at the end (exit code 1).",
+        "RESULTS/sweep.json; a failed run does not stop the others and is named at the end (exit code 1). "
+        "Running the same sweep again resumes it: experiments that already succeeded on this commit with the same "
+        "params are kept, the others are queued again.",
     )
     sw.add_argument("recipe", help="a sweep recipe, e.g. recipes/sweeps/methods.yaml")
     sw.add_argument(
@@ -447,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--run", action="store_true", help="run the queue (`dvc exp run --run-all`) and collect the results"
     )
     sw.add_argument("--collect", action="store_true", help="only collect the results of experiments already run")
+    sw.add_argument(
+        "--rerun", action="store_true", help="run every combination again, also those that already succeeded"
+    )
     sw.add_argument("--jobs", type=int, default=1, help="experiments run at once (default 1)")
     sw.add_argument("--results", default="results", help="results folder (default: results/)")
     sw.add_argument("--repo", default=".", help="the DVC repository (default: the current directory)")

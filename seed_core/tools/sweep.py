@@ -5,8 +5,9 @@ seeds; `seed sweep RECIPE` expands it into one experiment per (method, seed) and
   1. validates every combination's resulting params (the same check and message as `seed params`), and that
      params.yaml already has every overridden key (`dvc exp run -S` refuses others), so a typo or an incomplete
      params file fails in a second instead of after the first run;
-  2. queues each as `dvc exp run --queue -n <method>-s<seed> -S key=value ...` (an experiment of that name
-     from an earlier sweep is removed first, so a re-run replaces it);
+  2. queues each as `dvc exp run --queue -n <method>-s<seed> -S key=value ...`, except those that already ran
+     successfully on this commit with the same params (a sweep cut off, or partly failed, is resumed by running
+     it again; `rerun` replaces them too); an unfinished or failed experiment of that name is removed first;
   3. with `--run`, runs the queue (`dvc exp run --run-all --jobs J`): each experiment in its own temporary
      copy of the repository, outputs shared through the DVC cache; a failed one does not stop the others;
   4. collects every experiment from `dvc exp show --json` (which holds the queue's success/failure state)
@@ -232,8 +233,21 @@ def experiments(repo: Path) -> dict[str, dict]:
     return out
 
 
-def queue(repo: Path, combos: list[Combo], log: Callable[[str], None] = print) -> None:
+def _already_ran(repo: Path, exp: dict | None, combo: Combo) -> bool:
+    """`exp` succeeded with the params `combo` would run with now (the workspace's params.yaml and its overrides)."""
+    if exp is None or exp["state"] != "success" or exp["error"]:
+        return False
+    ran = yaml.safe_load(_git_show(repo, exp["rev"], "params.yaml") or b"null")
+    return ran == apply_overrides(yaml.safe_load((repo / "params.yaml").read_text()), combo.overrides)
+
+
+def queue(repo: Path, combos: list[Combo], log: Callable[[str], None] = print, rerun: bool = False) -> list[Combo]:
+    """Queue the combinations still to run (all of them with `rerun`); returns those queued."""
     existing = experiments(repo)
+    done = [] if rerun else [c.name for c in combos if _already_ran(repo, existing.get(c.name), c)]
+    if done:
+        log(f"kept {len(done)} experiments already run on this commit with the same params: {', '.join(done)}")
+    combos = [c for c in combos if c.name not in done]
     stale = [c.name for c in combos if c.name in existing]
     if stale:
         log(f"replacing earlier experiments: {', '.join(stale)}")
@@ -248,6 +262,7 @@ def queue(repo: Path, combos: list[Combo], log: Callable[[str], None] = print) -
         if proc.returncode != 0:
             raise RuntimeError(f"queueing {c.name} failed: {proc.stderr.strip() or proc.stdout.strip()}")
         log(f"queued {c.name}: " + " ".join(format_override(k, v) for k, v in c.overrides.items()))
+    return combos
 
 
 def run_queue(repo: Path, jobs: int = 1, env: dict[str, str] | None = None) -> int:
@@ -371,6 +386,7 @@ def run_sweep(
     results: str | Path = "results",
     group: str | None = None,
     log: Callable[[str], None] = print,
+    rerun: bool = False,
 ) -> list[dict]:
     """The whole sweep (see the module docstring). Without `run` it only queues, unless `collect_only`."""
     repo = Path(repo).resolve()
@@ -379,11 +395,11 @@ def run_sweep(
     if not collect_only:
         check_combos(repo, combos)
         check_repo(repo)
-        queue(repo, combos, log)
+        queued = queue(repo, combos, log, rerun)
         if not run:
             log("queued; run them with `dvc exp run --run-all`, then collect with `seed sweep RECIPE --collect`")
             return []
-        rc = run_queue(repo, jobs, sweep_env(repo, group))
+        rc = run_queue(repo, jobs, sweep_env(repo, group)) if queued else 0
         if rc != 0:
             log(f"dvc exp run --run-all exited with {rc}; collecting what finished")
     summary = collect(repo, combos, results)
