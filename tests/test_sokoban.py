@@ -260,6 +260,17 @@ def test_credit_probe_on_episodes_the_solver_labels(tiny_model_dir, tmp_path):
     row = table["oracle/delta_action"]
     assert row["pooled_lo"] <= row["pooled"] <= row["pooled_hi"]
 
+    # the per-episode file keeps what a later re-analysis needs: labels, skill texts, every signal per step
+    from seed_core.tools.probe import credit_rows
+
+    rows = credit_rows(c)
+    assert len(rows) == 8 and all(len(r["signals"]["oracle/gate"]) == len(r["steps"]) for r in rows)
+    assert all(r["skills"]["self"] is None and r["skills"]["oracle"] for r in rows)
+    assert all(v is None for r in rows for v in r["signals"]["self/delta"])  # no parsed own skill: no signal
+    gates = [v for r in rows for v in r["signals"]["oracle/gate"]]
+    assert len(gates) == c["steps"] and all(0 < v < 1 for v in gates)
+    assert [r["step_labels"] for r in rows] == c["step_labels"]
+
 
 def test_uplift_probe_puts_the_solvers_plan_in_the_prompt(tiny_model_dir, tmp_path):
     """A policy that follows a plan only when the prompt's skill block holds one: the plain prompt and every

@@ -348,7 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     pr.add_argument("--out", default=None, help="write the result as JSON here")
     pr.add_argument(
-        "--trajectories", default=None, help="credit: write the episodes and their step labels here (JSONL)"
+        "--trajectories",
+        default=None,
+        help="credit: write the episodes here (JSONL): step labels, each skill source's text, every signal per step",
     )
     pr.set_defaults(func=cmd_probe)
 

@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from seed_core.config import Params
 from seed_core.envs import GameEntry, environment
@@ -111,8 +112,11 @@ def probe_credit(trainer: Trainer, env, pool, games: list[GameEntry], group_size
 
     t0 = time.perf_counter()
     policy, mb = trainer.policy, cfg.micro_batch_tokens
+    # the longest part of the probe (about 9 of every 10 minutes on 2 cores): one bar tick per scoring pass
+    passes = tqdm(total=1 + len(skills), desc="credit re-scoring", unit="pass", leave=False)
     steps = step_tokens(policy, trajs, [None] * len(trajs), env=params.env)
     plain = score_steps(policy, steps, "prompt", mb)
+    passes.update()
     actions = [action_token_mask(policy.tok, s.response_ids) for s in steps]
     optimal = torch.tensor([labels[s.traj][s.step] == "optimal" for s in steps])
     groups = torch.tensor([s.traj for s in steps])
@@ -135,6 +139,9 @@ def probe_credit(trainer: Trainer, env, pool, games: list[GameEntry], group_size
             per_step.append(step_delta_means(DeltaStats(delta, gate), act))
         for name in ("delta", "delta_action", "gate"):
             signals[f"{source}/{name}"] = torch.tensor([p[f"{name}_mean"] for p in per_step])
+        passes.set_postfix_str(source)
+        passes.update()
+    passes.close()
     times["rescore_s"] = time.perf_counter() - t0
 
     table = credit.credit_table(signals, optimal, groups, clusters, n_boot=n_boot, seed=seed)
@@ -155,9 +162,35 @@ def probe_credit(trainer: Trainer, env, pool, games: list[GameEntry], group_size
         "skills": skill_stats,
         "table": table,
         "time": times,
+        # per episode and per step, for `credit_rows` (not part of the JSON summary)
         "trajectories": trajs,
         "step_labels": labels,
+        "skill_texts": {source: [_text(s) for s in chosen] for source, chosen in skills.items()},
+        "step_signals": {name: values.tolist() for name, values in signals.items()},
+        "step_at": [(s.traj, s.step) for s in steps],
     }
+
+
+PER_EPISODE = ("trajectories", "step_labels", "skill_texts", "step_signals", "step_at")
+
+
+def credit_rows(c: dict) -> list[dict]:
+    """One row per episode of `probe_credit`'s result `c`: the trajectory, its step labels, the text of each skill
+    source (None: none parsed) and each signal per step (None: that source had no parsed skill, or the step was not
+    scored), so a probe can be re-analysed later without re-running it."""
+    rows = [
+        {
+            **dataclasses.asdict(t),
+            "step_labels": lab,
+            "skills": {source: texts[i] for source, texts in c["skill_texts"].items()},
+            "signals": {name: [None] * len(t.steps) for name in c["step_signals"]},
+        }
+        for i, (t, lab) in enumerate(zip(c["trajectories"], c["step_labels"]))
+    ]
+    for k, (i, step) in enumerate(c["step_at"]):
+        for name, values in c["step_signals"].items():
+            rows[i]["signals"][name][step] = None if math.isnan(values[k]) else values[k]
+    return rows
 
 
 def probe_uplift(trainer: Trainer, env, pool, games: list[GameEntry], seed: int, n_boot: int) -> dict:
@@ -268,7 +301,7 @@ def run_probe(
 ) -> dict:
     """Load `model_dir` as SEED's RL stage would (params.rl with `method: seed`), take the first `games` rooms of
     the `manifests` (in order), and run the chosen parts; the result (without trajectories) goes to `out` as JSON, the credit
-    part's trajectories with their step labels to `traj_out` (JSON lines)."""
+    part's episodes with their step labels, skills and per-step signals to `traj_out` (JSON lines, `credit_rows`)."""
     env = environment(params)
     if env.name != "sokoban":
         raise ValueError(
@@ -305,13 +338,9 @@ def run_probe(
             finally:
                 trainer.close()
     if "credit" in result and traj_out is not None:
-        rows = [
-            {**dataclasses.asdict(t), "step_labels": lab}
-            for t, lab in zip(result["credit"]["trajectories"], result["credit"]["step_labels"])
-        ]
-        atomic_write_text(traj_out, "".join(json.dumps(r) + "\n" for r in rows))
+        atomic_write_text(traj_out, "".join(json.dumps(r) + "\n" for r in credit_rows(result["credit"])))
     if "credit" in result:
-        result["credit"] = {k: v for k, v in result["credit"].items() if k not in ("trajectories", "step_labels")}
+        result["credit"] = {k: v for k, v in result["credit"].items() if k not in PER_EPISODE}
     if out is not None:
         write_json(out, result)
     return result
