@@ -305,7 +305,8 @@ class TeacherConfig:
     max_retries: int = 5
     """`openai`: retries on timeouts, 429 and 5xx, with exponential backoff."""
     cache_dir: str = "data/teacher_cache"
-    """`openai`: content-addressed answer cache (a DVC output: re-runs are byte-identical and free)."""
+    """`openai`: content-addressed answer cache: re-runs are byte-identical and free. Not a DVC output (that would
+    keep `build_sft_data` out of DVC's run-cache); an absolute path shares it across checkouts and sweep experiments."""
     policy_path: str = "models/warmup"
     """`policy`: the checkpoint that analyzes."""
     max_new_tokens: int = 256
