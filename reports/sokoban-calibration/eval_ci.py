@@ -1,10 +1,10 @@
 """Held-out success of `evaluate` runs with a 95 % percentile bootstrap interval over rooms, per decoding mode.
 
 Usage: python eval_ci.py data/eval/<model> [more runs: seeds] [--against data/eval/<start>]
-Reads <split>/<mode>-s<seed>.jsonl (or .jsonl.gz, as committed here) of each folder and prints one JSON line per mode. Several folders (the seeds of
-one arm) are averaged per room first, so the interval is over rooms; `--against` adds the paired difference per
-room (runs minus start) with its interval. Used for the figures in this folder: `evaluate` itself reports success
-without an interval.
+Reads <split>/<mode>-s<seed>.jsonl (or .jsonl.gz, as committed here) of each folder and prints one JSON line per
+mode. Several folders (the seeds of one arm) are averaged per room first, so the interval is over rooms;
+`--against` adds the paired difference per room (runs minus start) with its interval. Used for the figures in this
+folder: `evaluate` itself reports success without an interval.
 """
 
 import gzip

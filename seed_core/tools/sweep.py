@@ -233,18 +233,18 @@ def experiments(repo: Path) -> dict[str, dict]:
     return out
 
 
-def _already_ran(repo: Path, exp: dict | None, combo: Combo) -> bool:
-    """`exp` succeeded with the params `combo` would run with now (the workspace's params.yaml and its overrides)."""
+def _already_ran(repo: Path, exp: dict | None, combo: Combo, params: dict) -> bool:
+    """`exp` succeeded with the params `combo` would run with now (`params`, the workspace's, and its overrides)."""
     if exp is None or exp["state"] != "success" or exp["error"]:
         return False
     ran = yaml.safe_load(_git_show(repo, exp["rev"], "params.yaml") or b"null")
-    return ran == apply_overrides(yaml.safe_load((repo / "params.yaml").read_text()), combo.overrides)
+    return ran == apply_overrides(params, combo.overrides)
 
 
 def queue(repo: Path, combos: list[Combo], log: Callable[[str], None] = print, rerun: bool = False) -> list[Combo]:
     """Queue the combinations still to run (all of them with `rerun`); returns those queued."""
-    existing = experiments(repo)
-    done = [] if rerun else [c.name for c in combos if _already_ran(repo, existing.get(c.name), c)]
+    existing, params = experiments(repo), yaml.safe_load((repo / "params.yaml").read_text())
+    done = [] if rerun else [c.name for c in combos if _already_ran(repo, existing.get(c.name), c, params)]
     if done:
         log(f"kept {len(done)} experiments already run on this commit with the same params: {', '.join(done)}")
     combos = [c for c in combos if c.name not in done]
