@@ -8,9 +8,11 @@ turns HF_HUB_OFFLINE off).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -94,13 +96,57 @@ def load_for(path: str | Path, cfg: ModelConfig, *, full_finetune: bool = False)
 
 
 def pick_dtype(name: str, device: str = "cpu") -> torch.dtype:
-    """`auto`: bfloat16 where the hardware computes it natively (CUDA with bf16, CPUs with AVX512-BF16/AMX),
-    else float32 (bf16 emulated on an older CPU is slower than fp32)."""
+    """`auto`: bfloat16 on CUDA with bf16 (else float16); on a CPU, bfloat16 only where it measurably computes faster
+    than float32 (`cpu_bf16_speedup` at least BF16_MIN_SPEEDUP), else float32. oneDNN's bf16 support alone does not
+    decide it: a 2-core AMD EPYC with AVX-512 BF16 ran SmolLM2's matmuls 2.3x faster in bf16, an Intel one with
+    AVX-512 BF16 but no AMX 0.57x (bf16 slower)."""
     if name != "auto":
         return getattr(torch, name)
     if device.startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if torch.ops.mkldnn._is_mkldnn_bf16_supported() else torch.float32
+    return torch.bfloat16 if cpu_bf16_speedup() >= BF16_MIN_SPEEDUP else torch.float32
+
+
+BF16_MIN_SPEEDUP = 1.25
+"""bf16 must beat fp32 by this factor to be picked: far from both CPU kinds measured (2.3x, 0.57x), so the same
+kind of machine makes the same choice run after run (the choice changes every result)."""
+
+
+@functools.cache
+def cpu_bf16_speedup() -> float:
+    """fp32 time / bf16 time of a SmolLM2-shaped matmul (256 x 576 @ 576 x 1536) on this CPU with torch's threads,
+    best of 5 each; 0.0 where oneDNN has no bf16 (emulated bf16 is always slower). About 50 ms, once per process."""
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return 0.0
+    best = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        a, b = torch.ones(256, 576, dtype=dtype), torch.ones(576, 1536, dtype=dtype)
+        a @ b  # oneDNN builds its kernel on the first call
+        times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            a @ b
+            times.append(time.perf_counter() - t0)
+        best[dtype] = min(times)
+    return best[torch.float32] / best[torch.bfloat16]
+
+
+CHECKPOINT_ABOVE_TOKENS = 4096
+"""Gradient checkpointing by need: a training forward of more padded tokens than this recomputes its activations in
+the backward pass (transformers' own), a smaller one stores them. Recomputing costs a forward pass: on the 2-core
+CPU a LoRA step of SmolLM2 over 640 tokens ran 1.2-1.4x faster without it (`bench/roofline.py`), while one
+2,000-token step's stored activations took an RL update from 2.8 to 4.3 GB RSS; at 4,096 tokens that is some 6 GB
+of 24 GB on a 135M model, far less than a GPU holds for a 3B one at its micro-batch."""
+
+
+def use_checkpointing(model, on: bool) -> None:
+    """Switch gradient checkpointing per forward pass, for a model on which `gradient_checkpointing_enable` ran once
+    (that call registers hooks; this only flips each decoder layer's flag)."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    for module in model.modules():
+        if isinstance(module, GradientCheckpointingLayer):
+            module.gradient_checkpointing = on
 
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")

@@ -107,8 +107,13 @@ def _dataset(n: int, offset: int = 0) -> list[dict]:
 
 
 # LoRA cannot move a random-init model's tied embedding, so its loss falls less than full fine-tuning's.
-@pytest.mark.parametrize("lora_r,lr,drop", [(None, 1e-2, 1.0), (8, 3e-2, 0.2)], ids=["full", "lora"])
-def test_training_lowers_validation_loss_and_saves_a_plain_model(tiny_dir, tmp_path, lora_r, lr, drop):
+# LoRA over bf16 frozen weights (what `auto` picks on a CPU that computes bf16 faster) still saves fp32 weights.
+@pytest.mark.parametrize(
+    "lora_r,lr,drop,dtype",
+    [(None, 1e-2, 1.0, "auto"), (8, 3e-2, 0.2, "float32"), (8, 3e-2, 0.2, "bfloat16")],
+    ids=["full", "lora", "lora-bf16-frozen"],
+)
+def test_training_lowers_validation_loss_and_saves_a_plain_model(tiny_dir, tmp_path, lora_r, lr, drop, dtype):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = tmp_path / "out"
@@ -126,6 +131,7 @@ def test_training_lowers_validation_loss_and_saves_a_plain_model(tiny_dir, tmp_p
         lora_alpha=16,
         max_seq_len=128,
         seed=0,
+        dtype=dtype,
         log=logged.append,
     )
     assert m["eval/loss_after"] < m["eval/loss_before"] - drop, m
@@ -138,7 +144,7 @@ def test_training_lowers_validation_loss_and_saves_a_plain_model(tiny_dir, tmp_p
     assert (out / "adapter").is_dir() == (lora_r is not None)
     assert not list(tmp_path.glob(".out.*"))  # temp folders of the atomic write are gone
     config = json.loads((out / "config.json").read_text())
-    assert "quantization_config" not in config
+    assert "quantization_config" not in config and config["dtype"] == "float32"
     model = AutoModelForCausalLM.from_pretrained(out, use_safetensors=True)  # plain model: merged, no peft
     assert not any("lora" in n for n, _ in model.named_parameters())
     base = AutoModelForCausalLM.from_pretrained(tiny_dir)
@@ -165,3 +171,18 @@ def test_no_usable_training_examples_is_an_error(tiny_dir, tmp_path):
 def test_prepare_drops_nothing_and_tokenizes_every_row(tok):
     rows = prepare(tok, _dataset(5))
     assert len(rows) == 5 and all(any(label != IGNORE for label in r) for r in rows["labels"])
+
+
+def test_sft_recomputes_activations_only_for_long_micro_batches(tmp_path):
+    """trl checkpoints by default; here only a micro-batch above CHECKPOINT_ABOVE_TOKENS does (a CPU: one example)."""
+    from seed_core.models import CHECKPOINT_ABOVE_TOKENS
+    from seed_core.sft import sft_args
+
+    def ckpt(max_seq_len, cpu):
+        return sft_args(
+            tmp_path, epochs=1, learning_rate=1e-3, batch_size=4, max_seq_len=max_seq_len, seed=0, cpu=cpu
+        ).gradient_checkpointing
+
+    assert not ckpt(1024, cpu=True) and not ckpt(CHECKPOINT_ABOVE_TOKENS, cpu=True)
+    assert ckpt(CHECKPOINT_ABOVE_TOKENS + 1, cpu=True)
+    assert ckpt(2048, cpu=False)  # a GPU's micro-batch is the whole batch: 4 x 2,048 tokens

@@ -45,7 +45,7 @@ from seed_core.method import credit, losses
 from seed_core.method.rescore import StepTokens, action_token_mask, score_steps, step_tokens
 from seed_core.method.skills import PARSED, analyze, consistency_metrics
 from seed_core.method.teachers import PolicyTeacher
-from seed_core.models import freeze_vision, lora_config
+from seed_core.models import CHECKPOINT_ABOVE_TOKENS, freeze_vision, lora_config, use_checkpointing
 from seed_core.policy import Policy, warn_hf_only
 from seed_core.policy.hf import HFPolicy, micro_batches
 from seed_core.policy.vision import check_observation, vision_inputs
@@ -137,7 +137,7 @@ class Trainer:
             if self.cfg.kl_coef > 0:
                 self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
             freeze_vision(model, not train_vision)
-        if self.cfg.gradient_checkpointing:  # only while training: generation and scoring run in eval mode
+        if self.cfg.gradient_checkpointing is not False:  # only while training: generation and scoring run in eval
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model = model
         gen = params.rollout
@@ -388,6 +388,9 @@ class Trainer:
         DeltaStats of its steps that have a skill."""
         cfg = self.cfg
         steps = [batch.steps[i] for i in ids]
+        if cfg.gradient_checkpointing == "auto":  # by need: recomputing costs a forward pass
+            padded = len(steps) * max(s.length for s in steps)
+            use_checkpointing(self.model, padded > CHECKPOINT_ABOVE_TOKENS)
         logp = pad_sequence(
             self.policy.score_batch(
                 [s.prompt_ids for s in steps], [s.response_ids for s in steps], [s.image for s in steps]

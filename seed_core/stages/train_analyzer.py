@@ -177,6 +177,7 @@ def run_train_analyzer(
         max_seq_len=cfg.max_seq_len,
         seed=cfg.seed,
         device=resolve_device(params.model.device),
+        dtype=params.model.dtype,
         log=lambda m: tqdm.write(str(m)),
     )
     after, after_skills = measure_analyzer(out_dir, trajs, reference, env, params, "after")

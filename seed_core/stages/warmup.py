@@ -166,7 +166,7 @@ def perception(params: Params, entries, base_model_dir: Path, out_dir: Path) -> 
         Path(out_dir),
         epochs=cfg.perception_epochs, learning_rate=cfg.learning_rate, batch_size=cfg.batch_size, lora_r=cfg.lora_r,
         lora_alpha=cfg.lora_alpha, max_seq_len=cfg.max_seq_len, seed=cfg.seed,
-        device=resolve_device(params.model.device), train_vision=True,
+        device=resolve_device(params.model.device), dtype=params.model.dtype, train_vision=True,
     )  # fmt: skip
     return {
         "perception/train_examples": len(train),
@@ -238,6 +238,7 @@ def run_warmup(
         max_seq_len=cfg.max_seq_len,
         seed=cfg.seed,
         device=resolve_device(params.model.device),
+        dtype=params.model.dtype,
         train_vision=params.vision.trainable,
     )
     metrics |= {

@@ -40,3 +40,26 @@ def test_engine_sleep_needs_cuda():
 
     with pytest.raises(ValueError, match=r"`vllm.sleep` needs a CUDA device .*set it false"):
         VLLMPolicy("models/base", None, dtype=torch.float32, device="cpu", seed=0, max_new_tokens=8, sleep=True)
+
+
+@pytest.mark.parametrize(
+    "speedup,expected",
+    [(2.3, torch.bfloat16), (1.3, torch.bfloat16), (1.1, torch.float32), (0.57, torch.float32), (0.0, torch.float32)],
+)
+def test_auto_dtype_on_a_cpu_is_bf16_only_where_it_measured_faster(monkeypatch, speedup, expected):
+    """2.3x: the AMD EPYC with AVX-512 BF16; 0.57x: an Intel one without AMX; 0.0: no bf16 in oneDNN."""
+    from seed_core import models
+
+    monkeypatch.setattr(models, "cpu_bf16_speedup", lambda: speedup)
+    assert models.pick_dtype("auto", "cpu") == expected
+    assert models.pick_dtype("float32", "cpu") == torch.float32  # an explicit dtype is never second-guessed
+
+
+def test_the_bf16_probe_measures_this_cpu():
+    from seed_core.models import cpu_bf16_speedup
+
+    speedup = cpu_bf16_speedup()
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        assert speedup == 0.0
+    else:
+        assert 0.05 < speedup < 20 and cpu_bf16_speedup() == speedup  # a ratio of two timings, measured once
