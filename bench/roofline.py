@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from seed_core.models import CHECKPOINT_ABOVE_TOKENS, cpu_bf16_speedup, pick_dtype  # noqa: E402
+from seed_core.models import CHECKPOINT_ABOVE_TOKENS, cpu_bf16_speedup, pick_dtype, use_checkpointing  # noqa: E402
 from seed_core.policy.hf import sequence_logprobs  # noqa: E402
 
 
@@ -92,14 +92,32 @@ def lora_model(path: Path, dtype: torch.dtype, fused_head: bool = False):
     if fused_head:
         add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))  # what SFTTrainer asks for
     torch.manual_seed(0)
-    return get_peft_model(model, lora_config(model, 16, 32))
+    model = get_peft_model(model, lora_config(model, 16, 32))
+    model.gradient_checkpointing_enable(
+        gradient_checkpointing_kwargs={"use_reentrant": False}
+    )  # then switched per pass
+    return model
 
 
-def set_checkpointing(model, on: bool) -> None:
-    if on:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        model.gradient_checkpointing_disable()
+def shared_prefix_fraction(tokenizer, files: list[str]) -> dict:
+    """Of all step prompts' tokens (chat template applied), the share that lies in the prefix common to every step of
+    the same game, less one copy per game: the tokens a scoring pass could skip by computing each game's prefix once."""
+    from seed_core.policy.hf import ChatEncoder
+    from seed_core.records import Trajectory, read_jsonl
+
+    enc = ChatEncoder(tokenizer)
+    by_game: dict[str, list[list[int]]] = {}
+    for f in files:
+        for t in read_jsonl(f, Trajectory):
+            by_game.setdefault(t.game_id, []).extend(enc.encode_prompt(s.prompt) for s in t.steps)
+    total = shared = 0
+    for prompts in by_game.values():
+        common = min(len(p) for p in prompts)
+        for p in prompts[1:]:
+            common = next((i for i, (a, b) in enumerate(zip(prompts[0][:common], p)) if a != b), common)
+        total += sum(len(p) for p in prompts)
+        shared += common * (len(prompts) - 1)
+    return {"games": len(by_game), "prompt_tokens": total, "fraction": round(shared / max(total, 1), 3)}
 
 
 def main() -> None:
@@ -112,11 +130,16 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16, help="prompts generated together (rollout.batch_size)")
     ap.add_argument("--new-tokens", type=int, default=16, help="tokens generated per prompt")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--trajectories", nargs="*", default=[],
+        help="trajectory .jsonl files (e.g. data/eval/warmup/*.jsonl): also report the share of their step prompts' "
+        "tokens that every step of the same game repeats (what sharing a group's prompt prefix could save)",
+    )  # fmt: skip
     args = ap.parse_args()
     path = Path(args.model)
     if not (path / "config.json").exists():
         sys.exit(f"no model at {path}: run `dvc repro prepare` first (or pass --model)")
-    from transformers import AutoConfig
+    from transformers import AutoConfig, AutoTokenizer
 
     cfg = AutoConfig.from_pretrained(path)
     dtypes = {"fp32": torch.float32} | (
@@ -142,7 +165,7 @@ def main() -> None:
         return {
             "dtype": dtype,
             "tokens_per_s": round(tokens / seconds, 1),
-            "gflops": round(useful / seconds / 1e9, 1),
+            "gflops": round(useful / seconds / 1e9, 2),
             "fraction": round(useful / seconds / 1e9 / ceilings[dtype]["train"], 3),
         }
 
@@ -157,7 +180,7 @@ def main() -> None:
         model = models[weights].train()
 
         def run():
-            set_checkpointing(model, ckpt)
+            use_checkpointing(model, ckpt)
             with torch.autocast("cpu", dtype=dtypes[autocast], enabled=autocast != weights):
                 if fused:
                     loss = -model(input_ids=ids, attention_mask=attn, labels=labels, fused_lm_head=True).log_probs.sum()
@@ -178,7 +201,7 @@ def main() -> None:
     def update(dt: str, ckpt: bool):
         def run():
             model = models[dt].train()
-            set_checkpointing(model, ckpt)
+            use_checkpointing(model, ckpt)
             sequence_logprobs(model, ids, attn, score_mask).sum().backward()
             model.zero_grad(set_to_none=True)
 
@@ -242,6 +265,11 @@ def main() -> None:
                 "ceiling_gflops": {k: {kk: round(vv, 1) for kk, vv in v.items()} for k, v in ceilings.items()},
                 "shape": {"prompt_tokens": args.tokens, "answer_tokens": args.answer, "batch": args.batch},
                 "passes": rows,
+                **(
+                    {"shared_prefix": shared_prefix_fraction(AutoTokenizer.from_pretrained(path), args.trajectories)}
+                    if args.trajectories
+                    else {}
+                ),
             }
         )
     )

@@ -150,6 +150,33 @@ def test_opd_masked_exactly_for_failed_analyses(fixed_batch, tiny_model_dir):
             assert c["rescore"]["gate_mean"] == pytest.approx(torch.sigmoid(5.0 * deltas[i]).mean().item(), abs=1e-5)
 
 
+def test_on_policy_update_skips_the_old_logp_pass_and_trains_the_same(fixed_batch, tiny_model_dir):
+    """One PPO epoch over one mini-batch: pi_old's log-probs are the training forward's own, detached, so the separate
+    scoring pass is skipped; with it stored instead, the loss and every gradient agree to 1e-5 (float rounding of
+    other padding), and the ratio is exactly 1 at the first step either way."""
+    trainer = trainer_for(tiny_model_dir, method="seed")
+    skills = skills_for(fixed_batch)
+    batch = trainer.build_batch(fixed_batch, skills)
+    assert batch.old_logp is None  # on-policy: no pi_old pass
+    assert trainer_for(tiny_model_dir, method="seed", ppo_epochs=2).build_batch(fixed_batch, skills).old_logp
+    with torch.no_grad():
+        old = trainer.policy.score_batch([s.prompt_ids for s in batch.steps], [s.response_ids for s in batch.steps])
+    stored = dataclasses.replace(batch, old_logp=[lp.detach() for lp in old])
+    ids = list(range(len(batch.steps)))
+    grads, losses_ = [], []
+    for b in (batch, stored):
+        trainer.model.train()
+        trainer.opt.zero_grad(set_to_none=True)
+        loss, stats, _, _ = trainer._micro_loss(b, ids)
+        loss.backward()
+        losses_.append(loss.item())
+        assert stats["train/clip_frac"] == 0.0 and abs(stats["train/approx_kl"]) < 1e-6
+        grads.append([p.grad.clone() for p in trainer.trainable])
+    assert losses_[0] == pytest.approx(losses_[1], abs=1e-5)
+    assert all(torch.allclose(a, b, rtol=0, atol=1e-5) for a, b in zip(*grads))
+    assert any(a.abs().sum() > 0 for a in grads[0])
+
+
 def test_one_update_changes_weights_and_lowers_the_loss(fixed_batch, tiny_model_dir):
     trainer = trainer_for(tiny_model_dir, method="grpo", kl_coef=0.0)
     batch = trainer.build_batch(fixed_batch, [None] * 4)
