@@ -48,8 +48,8 @@ def linear_shapes(cfg) -> list[tuple[int, int]]:
     return [(d, d), (d, kv), (d, kv), (d, d), (d, ff), (d, ff), (ff, d)], (d, cfg.vocab_size)
 
 
-def timed(fn, repeats: int) -> float:  # the ceiling's matmuls: milliseconds each
-    """Median seconds of `repeats` calls after one warm-up call."""
+def timed(fn, repeats: int) -> float:
+    """Median seconds of `repeats` calls after one warm-up call (the ceiling's matmuls, milliseconds each)."""
     fn()
     times = []
     for _ in range(repeats):
@@ -93,9 +93,8 @@ def lora_model(path: Path, dtype: torch.dtype, fused_head: bool = False):
         add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))  # what SFTTrainer asks for
     torch.manual_seed(0)
     model = get_peft_model(model, lora_config(model, 16, 32))
-    model.gradient_checkpointing_enable(
-        gradient_checkpointing_kwargs={"use_reentrant": False}
-    )  # then switched per pass
+    # enabled once, then switched per pass by `use_checkpointing`, as the RL update does
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model
 
 
