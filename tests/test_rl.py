@@ -195,24 +195,29 @@ def test_one_update_changes_weights_and_lowers_the_loss(fixed_batch, tiny_model_
 
 
 def test_gradient_checkpointing_by_need_leaves_the_update_unchanged(fixed_batch, tiny_model_dir, monkeypatch):
-    """Always, never, or by need (auto: only micro-batches above the token threshold recompute): the same weights."""
+    """Always, never, or by need (auto: only a micro-batch above the token threshold recomputes): the same weights."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
     from seed_core.method import update
 
-    lengths = sorted(s.length for s in trainer_for(tiny_model_dir).build_batch(fixed_batch, [None] * 4).steps)
-    # one step per micro-batch; the threshold between the shortest and the longest steps
-    monkeypatch.setattr(update, "CHECKPOINT_ABOVE_TOKENS", lengths[len(lengths) // 2])
-    flags = []
-    real = update.use_checkpointing
-    monkeypatch.setattr(update, "use_checkpointing", lambda model, on: (flags.append(on), real(model, on)))
+    trainer = trainer_for(tiny_model_dir, method="seed", gradient_checkpointing="auto")
+    batch = trainer.build_batch(fixed_batch, skills_for(fixed_batch))
+    lengths = [s.length for s in batch.steps]
+    short, long = lengths.index(min(lengths)), lengths.index(max(lengths))
+    assert lengths[short] < lengths[long]
+    monkeypatch.setattr(update, "CHECKPOINT_ABOVE_TOKENS", (lengths[short] + lengths[long]) // 2)
+    layers = [m for m in trainer.model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    trainer.model.train()
+    trainer._micro_loss(batch, [long])
+    assert layers and all(m.gradient_checkpointing for m in layers)
+    trainer._micro_loss(batch, [short])
+    assert not any(m.gradient_checkpointing for m in layers)
     after = {}
     for ckpt in (False, True, "auto"):
-        trainer = trainer_for(
-            tiny_model_dir, method="seed", gradient_checkpointing=ckpt, micro_batch_tokens=lengths[-1]
-        )
+        trainer = trainer_for(tiny_model_dir, method="seed", gradient_checkpointing=ckpt)
         assert trainer.model.is_gradient_checkpointing == (ckpt is not False)
         trainer.learn(fixed_batch, 0, skills=skills_for(fixed_batch, ok=(True, False, True, True)))
         after[ckpt] = weights(trainer)
-    assert True in flags and False in flags  # auto switched it on for the large micro-batches only
     for ckpt in (True, "auto"):
         assert all(torch.allclose(after[False][k], after[ckpt][k], rtol=0, atol=1e-6) for k in after[False])
     assert any(not torch.equal(after[True][k], v) for k, v in weights(trainer_for(tiny_model_dir)).items())
