@@ -8,7 +8,9 @@ offers it, bf16; the FLOP-weighted throughput of all of them is that dtype's cei
 Passes, on synthetic steps of the embedded default's shape (a `--tokens`-token prompt and an `--answer`-token
 response, the response alone carrying loss or scores), each measured side by side as the pipeline ran it before
 the speed work (`before`) and as it runs now (`now`), and for the SFT step one switch at a time:
-- sft_step: one warm-up/Stage-1 SFT example, LoRA forward and backward (trl's SFTTrainer path: `model(**batch)`);
+- sft_step: one warm-up/Stage-1 SFT example, LoRA forward and backward: before through trl's fused LM head (which
+  without Triton, on a CPU, projects every position onto the vocabulary), now through the trainer's own loss
+  (`sft.AnswerOnlyLoss`: the head on the answer positions only);
 - score: a re-scoring pass (`sequence_logprobs` without grad, the LM head on response tokens only);
 - update: the RL update's LoRA forward and backward over the same tokens;
 - generate: HF `generate` of `--batch` prompts (the evaluation's HF backend; vLLM is `bench/rollout_throughput`).
@@ -36,6 +38,7 @@ import torch  # noqa: E402
 
 from seed_core.models import CHECKPOINT_ABOVE_TOKENS, cpu_bf16_speedup, pick_dtype, use_checkpointing  # noqa: E402
 from seed_core.policy.hf import sequence_logprobs  # noqa: E402
+from seed_core.sft import AnswerOnlyLoss  # noqa: E402
 
 
 def linear_shapes(cfg) -> list[tuple[int, int]]:
@@ -79,9 +82,9 @@ def forward_flops(cfg, length: int, head_positions: int) -> float:
     return 2 * body * length + attention + 2 * d * vocab * head_positions
 
 
-def lora_model(path: Path, dtype: torch.dtype, fused_head: bool = False):
-    """The model with LoRA adapters as every stage trains it; `fused_head`: with trl's fused LM head, as
-    SFTTrainer patches it (`model(..., fused_lm_head=True)` projects only the positions that carry a label)."""
+def lora_model(path: Path, dtype: torch.dtype):
+    """The model with LoRA adapters as every stage trains it, and trl's fused LM head as SFTTrainer patches it in
+    (`model(..., fused_lm_head=True)`)."""
     from peft import get_peft_model
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
@@ -89,8 +92,7 @@ def lora_model(path: Path, dtype: torch.dtype, fused_head: bool = False):
     from seed_core.models import lora_config
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    if fused_head:
-        add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))  # what SFTTrainer asks for
+    add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))  # what SFTTrainer asks for
     torch.manual_seed(0)
     model = get_peft_model(model, lora_config(model, 16, 32))
     # enabled once, then switched per pass by `use_checkpointing`, as the RL update does
@@ -169,22 +171,23 @@ def main() -> None:
         }
 
     models = {
-        "fp32": lora_model(path, torch.float32, fused_head=True),
-        "bf16": lora_model(path, torch.bfloat16, fused_head=True) if "bf16" in dtypes else None,
+        "fp32": lora_model(path, torch.float32),
+        "bf16": lora_model(path, torch.bfloat16) if "bf16" in dtypes else None,
     }
     before_dtype = "bf16" if "bf16" in dtypes else "fp32"  # before: bf16 wherever oneDNN reported bf16 support
 
-    def sft_step(weights: str, autocast: str, ckpt: bool, fused: bool = True):
-        """trl's SFT step: the fused LM head over answer positions, or logits at every position."""
+    def sft_step(weights: str, autocast: str, ckpt: bool, answer_only: bool = False):
+        """An SFT step: trl's fused LM head, or the trainer's answer-only loss (`AnswerOnlyLoss`)."""
         model = models[weights].train()
+        batch = {"input_ids": ids, "attention_mask": attn, "labels": labels}
 
         def run():
             use_checkpointing(model, ckpt)
             with torch.autocast("cpu", dtype=dtypes[autocast], enabled=autocast != weights):
-                if fused:
-                    loss = -model(input_ids=ids, attention_mask=attn, labels=labels, fused_lm_head=True).log_probs.sum()
+                if answer_only:
+                    loss = AnswerOnlyLoss().compute_loss(model, batch)
                 else:
-                    loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+                    loss = -model(**batch, fused_lm_head=True).log_probs.sum()
             loss.backward()
             model.zero_grad(set_to_none=True)
 
@@ -225,15 +228,16 @@ def main() -> None:
 
     lora_weights = "bf16" if auto == "bf16" else "fp32"
     plan = {
-        # SFT before: fp32 weights and matmuls under trl's default gradient checkpointing; one switch at a time;
-        # now: LoRA over frozen weights in the `auto` dtype (adapters fp32), checkpointing by need
+        # SFT before: fp32 weights and matmuls under trl's default gradient checkpointing and its fused head; one
+        # switch at a time; now: LoRA over frozen weights in the `auto` dtype (adapters fp32), checkpointing by
+        # need, the head on the answer positions only
         "sft_step": {
             "before": sft_step("fp32", "fp32", True),
             "no_checkpointing": sft_step("fp32", "fp32", False),
             f"autocast_{auto}": sft_step("fp32", auto, True),
             f"weights_{auto}": sft_step(lora_weights, lora_weights, True),
-            "full_lm_head": sft_step("fp32", "fp32", True, fused=False),  # what trl's fused head saves
-            "now": sft_step(lora_weights, lora_weights, length > CHECKPOINT_ABOVE_TOKENS),
+            "answer_only_head": sft_step("fp32", "fp32", True, answer_only=True),
+            "now": sft_step(lora_weights, lora_weights, length > CHECKPOINT_ABOVE_TOKENS, answer_only=True),
         },
         "score": {"before": score(before_dtype), "now": score(auto)},
         "update": {"before": update(before_dtype, True), "now": update(auto, length > CHECKPOINT_ABOVE_TOKENS)},

@@ -19,7 +19,7 @@ def test_roofline_prints_ceilings_and_every_pass_before_and_now(tiny_model_dir):
     r = json.loads(lines[0])
     assert r["bench"] == "roofline" and r["auto_dtype"] in r["ceiling_gflops"]
     assert set(r["passes"]) == {"sft_step", "score", "update", "generate"}
-    assert {"before", "no_checkpointing", "full_lm_head", "now"} <= set(r["passes"]["sft_step"])
+    assert {"before", "no_checkpointing", "answer_only_head", "now"} <= set(r["passes"]["sft_step"])
     for p in r["passes"].values():
         assert all(row["tokens_per_s"] > 0 and row["fraction"] > 0 for name, row in p.items() if name != "speedup")
         assert p["speedup"] == round(p["now"]["tokens_per_s"] / p["before"]["tokens_per_s"], 2)

@@ -186,3 +186,33 @@ def test_sft_recomputes_activations_only_for_long_micro_batches(tmp_path):
     assert not ckpt(1024, cpu=True) and not ckpt(CHECKPOINT_ABOVE_TOKENS, cpu=True)
     assert ckpt(CHECKPOINT_ABOVE_TOKENS + 1, cpu=True)
     assert ckpt(2048, cpu=False)  # a GPU's micro-batch is the whole batch: 4 x 2,048 tokens
+
+
+@pytest.mark.parametrize("num_items", [None, 40])
+def test_answer_only_head_gives_trls_loss_and_gradients(tok, tiny_dir, tmp_path, num_items):
+    """The trainer's loss projects only the answer positions; trl's own (its fused head, which on a CPU projects every
+    position) gives the same loss and gradients on a padded batch, with and without an optimizer-step token count."""
+    from transformers import AutoModelForCausalLM
+    from trl import SFTTrainer
+
+    trainer = make_trainer(
+        AutoModelForCausalLM.from_pretrained(tiny_dir), tok, _dataset(3), None, tmp_path, epochs=1,
+        learning_rate=1e-3, batch_size=3, lora_r=4, lora_alpha=8, max_seq_len=512, seed=0,
+    )  # fmt: skip
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
+    assert (batch["attention_mask"] == 0).any()  # rows of different lengths: right padding is exercised
+    model = trainer.model.train()
+
+    def loss_and_grads(compute_loss):
+        model.zero_grad()
+        loss = compute_loss(trainer, model, dict(batch), num_items_in_batch=num_items)
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in model.parameters() if p.requires_grad]
+
+    ours, ours_grads = loss_and_grads(type(trainer).compute_loss)
+    trls, trls_grads = loss_and_grads(SFTTrainer.compute_loss)
+    assert type(trainer).compute_loss is not SFTTrainer.compute_loss
+    torch.testing.assert_close(ours, trls, rtol=1e-5, atol=1e-6)
+    assert ours_grads and any(g.abs().sum() > 0 for g in ours_grads)
+    for a, b in zip(ours_grads, trls_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
