@@ -28,6 +28,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
+from seed_core import distributed  # noqa: E402
 from seed_core.config import load_params  # noqa: E402
 from seed_core.envs import environment  # noqa: E402
 from seed_core.method.rescore import score_steps, step_tokens  # noqa: E402
@@ -62,7 +63,7 @@ def worker(mode: str, params_path: str, model_dir: Path, batch_path: Path) -> di
         if mode == "rescore":
             score_steps(t.policy, steps, "teacher", params.rl.micro_batch_tokens)
         else:  # plain forward with full-vocabulary logits, one step at a time (no padding)
-            with torch.no_grad():
+            with torch.no_grad(), distributed.gathered(t.policy.scorer):  # the trainer's model may be sharded
                 for s in steps:
                     t.model(input_ids=torch.tensor([s.teacher_ids + s.response_ids])).logits.float().log_softmax(-1)
     out["seconds"] = time.perf_counter() - start
