@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import yaml
 
-Method = Literal["grpo", "seed", "grpo_opsd", "sdar"]
+Method = Literal["grpo", "seed", "grpo_opsd", "sdar", "seed_shuffled", "seed_oracle"]
 METHODS: tuple[str, ...] = typing.get_args(Method)
 """Every `rl.method`; `seed_core.method.update.method_spec` turns each into switches."""
 
@@ -390,7 +390,10 @@ class RLConfig:
     """Seed of the game draws, rollout sampling, LoRA init and mini-batch shuffles; names the run folder
     (`-s<seed>`)."""
     method: Method = "seed"
-    """grpo (no OPD), seed (self skills, gated OPD), grpo_opsd (gate fixed at 0.5), sdar (fixed skill per task type)."""
+    """grpo (no OPD), seed (self skills, gated OPD), grpo_opsd (gate fixed at 0.5), sdar (fixed skill per task type);
+    two SEED controls: seed_shuffled (each trajectory re-scored with another game's self skill: skill content vs
+    the self-imitation the gate gives at delta ~ 0) and seed_oracle (the environment's oracle teacher writes every
+    skill, `rl.oracle_claims`: the upper bound of a perfect analyzer)."""
     advantage: Literal["grpo", "gigpo"] = "grpo"
     """Trajectory-level GRPO, or GiGPO (episode + step-level anchor-state advantage)."""
     init: Literal["analyzer", "warmup", "base"] = "analyzer"
@@ -449,6 +452,9 @@ class RLConfig:
     """Self-written skills and summaries longer than this are truncated (counted in `skills/truncated`)."""
     analyzer_max_new_tokens: int = 256
     """Answer cap of pi_old writing a trajectory's skill at each update (it also stops at the first `}`)."""
+    oracle_claims: Literal["solver", "played"] = "solver"
+    """`seed_oracle`: what the oracle's skills may state (as `teacher.oracle_claims`; its budget is
+    `teacher.oracle_max_chars`). `solver`, the default: a teacher that knows more than the student."""
     sdar_skills: str = "recipes/sdar_skills_alfworld.yaml"
     """sdar: one hand-written skill per task type."""
     max_nonfinite_in_row: int = 3
@@ -543,6 +549,12 @@ class Params:
             "teacher.oracle_claims",
             f"is {self.teacher.oracle_claims!r}, but only Sokoban's oracle separates what an episode shows from what "
             f"its solver knows (env.name is {self.env.name!r}); set teacher.oracle_claims: solver",
+        )
+        _check(
+            self.rl.oracle_claims == "solver" or self.env.name == "sokoban",
+            "rl.oracle_claims",
+            f"is {self.rl.oracle_claims!r}, but only Sokoban's oracle can leave its solver out (env.name is "
+            f"{self.env.name!r}); set rl.oracle_claims: solver",
         )
 
 

@@ -4,7 +4,8 @@
   1. freeze pi_old: the current weights; nothing changes them before step 6, so no copy is made;
   2. collect B games x N rollouts with pi_old (a GRPO group per game);
 then `Trainer.learn(trajs, index)`, which the RL stage, `bench/rl_update.py` and the tests all call:
-  3. analyze: pi_old writes one hindsight skill per finished trajectory (`seed`, `grpo_opsd`), or each
+  3. analyze: pi_old writes one hindsight skill per finished trajectory (`seed`, `grpo_opsd`; `seed_shuffled`
+     then gives each trajectory another game's), or the environment's oracle writes it (`seed_oracle`), or each
      trajectory gets its task type's fixed skill (`sdar`), or nothing (`grpo`);
   4. re-score the sampled response tokens: pi_old under the ordinary prompt (PPO's old log-probs), the
      reference model (KL), and pi_old under the skill-augmented prompt (the OPD teacher), all once and
@@ -57,7 +58,7 @@ from seed_core.runtime import peak_rss_mb
 
 @dataclass(frozen=True)
 class MethodSpec:
-    skills: Literal["none", "self", "fixed"]  # where the teacher context's skill comes from
+    skills: Literal["none", "self", "fixed", "shuffled", "oracle"]  # where the teacher context's skill comes from
     gate: losses.Gate  # sigmoid(beta * delta), or constant 0.5
 
 
@@ -71,6 +72,10 @@ def method_spec(method: str) -> MethodSpec:
         return MethodSpec(skills="self", gate="constant")
     if method == "sdar":
         return MethodSpec(skills="fixed", gate="sigmoid")
+    if method == "seed_shuffled":
+        return MethodSpec(skills="shuffled", gate="sigmoid")
+    if method == "seed_oracle":
+        return MethodSpec(skills="oracle", gate="sigmoid")
     raise ValueError(f"unknown rl.method {method!r}; valid: {', '.join(METHODS)}")
 
 
@@ -123,6 +128,8 @@ class Trainer:
         if self.spec.skills == "fixed" and not fixed_skills:
             raise ValueError("rl.method sdar needs fixed skills per task type (rl.sdar_skills)")
         self.fixed_skills = fixed_skills or {}
+        if self.spec.skills == "oracle" and env is None:
+            raise ValueError("rl.method seed_oracle needs the environment: its oracle teacher writes the skills")
         check_observation(
             params.env.observation, vision_inputs(model.config) is not None, sampler_dir or "the RL model"
         )
@@ -266,12 +273,17 @@ class Trainer:
             ]  # fmt: skip
             lengths = [len(s.skill) for s in skills]
             return skills, {"skills/parse_rate": 1.0, "skills/length_chars": _all_mean(sum(lengths), len(lengths))}
-        # Skills are JSON objects; stopping at the first closing brace saves most of the analyzer's tokens.
-        teacher = PolicyTeacher(self.sampler, f"policy:u{index:04d}", self.cfg.analyzer_max_new_tokens, stop=("}",))
+        if self.spec.skills == "oracle":
+            teacher = self.env.oracle(self.params.teacher.oracle_max_chars, self.cfg.oracle_claims)
+        else:  # Skills are JSON objects; stopping at the first closing brace saves most of the analyzer's tokens.
+            teacher = PolicyTeacher(self.sampler, f"policy:u{index:04d}", self.cfg.analyzer_max_new_tokens, stop=("}",))
         skills, stats = analyze(trajs, teacher, reask=False, max_skill_chars=self.cfg.max_skill_chars)
         lengths = [len(s.skill) for s in skills if s.parse_status in PARSED]
-        # this rank's trajectories only: on one rank (the science runs) that is the whole update
+        # this rank's trajectories only: on one rank (the science runs) that is the whole update; measured on the
+        # skills as written, before a control moves them to other games
         checked = consistency_metrics(self.env, trajs, skills) if self.env is not None else {}
+        if self.spec.skills == "shuffled":
+            skills = shuffle_skills(trajs, skills)
         return skills, checked | {  # over every rank's trajectories
             "skills/parse_rate": _all_mean(stats.parse_rate * len(trajs), len(trajs)),
             "skills/length_chars": _all_mean(sum(lengths), len(lengths)),
@@ -447,6 +459,26 @@ class Trainer:
                         n = len(steps[j].response_ids)
                         deltas[i] = DeltaStats(delta[j, :n].float().cpu(), gate[j, :n].float().cpu())
         return loss, stats, int(mask.sum()), deltas
+
+
+def shuffle_skills(trajs: Sequence[Trajectory], skills: Sequence[Skill | None]) -> list[Skill | None]:
+    """`seed_shuffled`'s control: the i-th trajectory of each game gets the skill written for the i-th trajectory
+    (cyclically) of the next game, so every skill keeps its form and is re-scored against a room it does not
+    describe. Each record takes its new trajectory's ids; `producer` names the trajectory it was written for."""
+    games = list(dict.fromkeys(t.game_id for t in trajs))
+    if len(games) < 2:
+        raise ValueError(
+            f"rl.method seed_shuffled needs at least 2 games per update (per rank) to move skills between; this one "
+            f"has {len(games)}: raise rl.games_per_update"
+        )
+    by_game = {g: [i for i, t in enumerate(trajs) if t.game_id == g] for g in games}
+    out: list[Skill | None] = []
+    for i, t in enumerate(trajs):
+        donors = by_game[games[(games.index(t.game_id) + 1) % len(games)]]
+        src = skills[donors[by_game[t.game_id].index(i) % len(donors)]]
+        moved = dict(traj_id=t.traj_id, game_id=t.game_id, task_type=t.task_type)
+        out.append(None if src is None else dataclasses.replace(src, **moved, producer=f"shuffled:{src.traj_id}"))
+    return out
 
 
 def step_advantages(trajs: list[Trajectory], steps: list[StepTokens], cfg: RLConfig) -> torch.Tensor:
