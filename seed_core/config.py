@@ -453,8 +453,11 @@ class RLConfig:
     analyzer_max_new_tokens: int = 256
     """Answer cap of pi_old writing a trajectory's skill at each update (it also stops at the first `}`)."""
     oracle_claims: Literal["solver", "played"] = "solver"
-    """`seed_oracle`: what the oracle's skills may state (as `teacher.oracle_claims`; its budget is
-    `teacher.oracle_max_chars`). `solver`, the default: a teacher that knows more than the student."""
+    """`seed_oracle`: what the oracle's skills may state (as `teacher.oracle_claims`). `solver`, the default: a
+    teacher that knows more than the student."""
+    oracle_max_chars: int | None = 300
+    """`seed_oracle`: the oracle's skill budget (as `teacher.oracle_max_chars`): the length Stage 1 taught the
+    analyzer, so the oracle's skills cost the re-scoring what self-written ones do."""
     sdar_skills: str = "recipes/sdar_skills_alfworld.yaml"
     """sdar: one hand-written skill per task type."""
     max_nonfinite_in_row: int = 3
@@ -549,6 +552,11 @@ class Params:
             "teacher.oracle_claims",
             f"is {self.teacher.oracle_claims!r}, but only Sokoban's oracle separates what an episode shows from what "
             f"its solver knows (env.name is {self.env.name!r}); set teacher.oracle_claims: solver",
+        )
+        _check(
+            self.rl.oracle_max_chars is None or self.rl.oracle_max_chars >= 40,
+            "rl.oracle_max_chars",
+            f"is {self.rl.oracle_max_chars}: the oracle needs at least 40 characters for one sentence (null: no budget)",
         )
         _check(
             self.rl.oracle_claims == "solver" or self.env.name == "sokoban",

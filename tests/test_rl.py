@@ -11,7 +11,7 @@ from seed_core.envs.alfworld.data import list_games, stratified_subset, write_ma
 from seed_core.envs.alfworld.env import EnvPool
 from seed_core.method.prompts import inject_skill
 from seed_core.method.rescore import step_tokens
-from seed_core.method.update import NonFiniteError, Trainer, method_spec
+from seed_core.method.update import NonFiniteError, Trainer, method_spec, shuffle_skills
 from seed_core.models import load_model
 from seed_core.records import Skill
 from seed_core.rollout import play
@@ -84,8 +84,30 @@ def weights(trainer):
 
 @pytest.mark.fault("params")
 def test_unknown_method_lists_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown rl.method 'ppo'; valid: grpo, seed, grpo_opsd, sdar"):
+    with pytest.raises(
+        ValueError, match="unknown rl.method 'ppo'; valid: grpo, seed, grpo_opsd, sdar, seed_shuffled, seed_oracle"
+    ):
         method_spec("ppo")
+
+
+def test_shuffled_skills_move_to_the_next_game_in_order(fixed_batch):
+    a1, a2, b1, b2 = fixed_batch  # 2 games x 2 episodes
+    assert a1.game_id == a2.game_id != b1.game_id == b2.game_id
+    skills = [
+        dataclasses.replace(s, skill=f"written for {t.traj_id}") for s, t in zip(skills_for(fixed_batch), fixed_batch)
+    ]
+    skills[3] = None
+    moved = shuffle_skills(fixed_batch, skills)
+    assert [m.skill if m else None for m in moved] == [
+        f"written for {b1.traj_id}",
+        None,
+        f"written for {a1.traj_id}",
+        f"written for {a2.traj_id}",
+    ]
+    assert [m.traj_id for m in moved if m] == [a1.traj_id, b1.traj_id, b2.traj_id]
+    assert moved[0].producer == f"shuffled:{b1.traj_id}" and moved[0].game_id == a1.game_id
+    with pytest.raises(ValueError, match="needs at least 2 games per update .*raise rl.games_per_update"):
+        shuffle_skills([a1, a2], skills[:2])
 
 
 def test_skill_context_and_identical_response_tokens(fixed_batch, tiny_model_dir):

@@ -144,7 +144,16 @@ def test_oracle_and_key_names_on_played_trajectories(manifests):
 
 
 @pytest.mark.parametrize(
-    "method,advantage", [("grpo", "grpo"), ("seed", "grpo"), ("grpo_opsd", "grpo"), ("sdar", "grpo"), ("seed", "gigpo")]
+    "method,advantage",
+    [
+        ("grpo", "grpo"),
+        ("seed", "grpo"),
+        ("grpo_opsd", "grpo"),
+        ("sdar", "grpo"),
+        ("seed", "gigpo"),
+        ("seed_shuffled", "grpo"),
+        ("seed_oracle", "grpo"),
+    ],
 )
 def test_one_rl_update_per_method_on_sokoban(method, advantage, tiny_model_dir, tmp_path):
     """A tiny random-init model plays 2 rooms x 2 episodes of 3 steps and the update runs (the real model's update
@@ -181,8 +190,16 @@ def test_one_rl_update_per_method_on_sokoban(method, advantage, tiny_model_dir, 
     assert out["credit/optimal_frac"] == 0.0 and not any(k.startswith("credit/auc") for k in out)
     for x in skills:
         assert [s["label"] for s in x["rescore"]["steps"]] == ["wasted"] * 3
-        # a step re-scored with a skill keeps its Δ (SDAR's fixed skill always parses; the tiny model's never do)
-        assert ("delta_action_mean" in x["rescore"]["steps"][0]) == (method == "sdar")
+        # a step re-scored with a skill keeps its Δ (SDAR's and the oracle's skills parse; the tiny model's never do)
+        assert ("delta_action_mean" in x["rescore"]["steps"][0]) == (method in ("sdar", "seed_oracle"))
+    if method == "seed_shuffled":  # each record names the trajectory of the other room its skill was written for
+        game_of = {x["traj_id"]: x["game_id"] for x in skills}
+        donors = [x["producer"].removeprefix("shuffled:") for x in skills]
+        assert sorted(donors) == sorted(game_of) and len(set(game_of.values())) == 2
+        assert all(game_of[d] != x["game_id"] for d, x in zip(donors, skills))
+    if method == "seed_oracle":  # the oracle (solver claims) describes each episode: 3 invalid answers
+        assert all(x["producer"].startswith("oracle") and "invalid" in x["skill"] for x in skills)
+        assert out["opd/active_token_ratio"] > 0 and out["skills/consistent"] == 1.0 and changed
     if method == "sdar":
         assert all("never push a box into a corner" in x["skill"].lower() for x in skills)
         assert out["opd/active_token_ratio"] > 0 and changed

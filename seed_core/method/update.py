@@ -274,7 +274,7 @@ class Trainer:
             lengths = [len(s.skill) for s in skills]
             return skills, {"skills/parse_rate": 1.0, "skills/length_chars": _all_mean(sum(lengths), len(lengths))}
         if self.spec.skills == "oracle":
-            teacher = self.env.oracle(self.params.teacher.oracle_max_chars, self.cfg.oracle_claims)
+            teacher = self.env.oracle(self.cfg.oracle_max_chars, self.cfg.oracle_claims)
         else:  # Skills are JSON objects; stopping at the first closing brace saves most of the analyzer's tokens.
             teacher = PolicyTeacher(self.sampler, f"policy:u{index:04d}", self.cfg.analyzer_max_new_tokens, stop=("}",))
         skills, stats = analyze(trajs, teacher, reask=False, max_skill_chars=self.cfg.max_skill_chars)
