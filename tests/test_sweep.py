@@ -20,7 +20,12 @@ BIN = Path(sys.executable).parent
 STAGE = """\
 import json, os, sys, yaml
 p = yaml.safe_load(open("params.yaml"))["rl"]
-if p["method"] == "sdar" and p["seed"] == 1:
+run = f"runs/rl/{p['method']}-{p['advantage']}-s{p['seed']}-0123456789"
+if os.path.exists(f"{run}/epoch_001/checkpoint"):  # like the rl stage: a run folder with a checkpoint resumes
+    print(f"resuming {run} after epoch_001")
+elif p["method"] == "sdar" and p["seed"] == 1:  # cut off after its first epoch
+    os.makedirs(f"{run}/epoch_001")
+    open(f"{run}/epoch_001/checkpoint", "w").write("weights")
     sys.exit("error: simulated stage failure for sdar seed 1")
 os.makedirs("metrics", exist_ok=True)
 os.makedirs("models/rl", exist_ok=True)
@@ -30,9 +35,9 @@ open("models/rl/weights.bin", "w").write(p["method"] * 100)
 # like the rl stage: runs/rl/<method>-<advantage>-s<seed>-<hash>/epoch_NNN/skills.jsonl; epoch 3 stands for a
 # longer run with the same parameters, which shares the folder (params.yaml has rl.epochs 2)
 for epoch in (1, 2, 3):
-    run = f"runs/rl/{p['method']}-{p['advantage']}-s{p['seed']}-0123456789/epoch_{epoch:03d}"
-    os.makedirs(run, exist_ok=True)
-    json.dump({"skill": f"{p['method']} seed {p['seed']} epoch {epoch}"}, open(f"{run}/skills.jsonl", "w"))
+    os.makedirs(f"{run}/epoch_{epoch:03d}", exist_ok=True)
+    json.dump({"skill": f"{p['method']} seed {p['seed']} epoch {epoch}"}, open(f"{run}/epoch_{epoch:03d}/skills.jsonl", "w"))
+    open(f"{run}/epoch_{epoch:03d}/checkpoint", "w").write("weights")
 """
 DVC_YAML = {
     "stages": {
@@ -152,19 +157,21 @@ def test_sweep_runs_collects_and_names_the_failed_run(tmp_path):
     assert again.returncode == 1 and "sdar-s1" in again.stderr
     assert json.loads((root / "results/sweep.json").read_text())[0]["rev"] == summary["grpo-s0"]["rev"]
 
-    # running it again resumes: the three that succeeded are kept, only the failed one runs again
+    # running it again resumes: the three that succeeded are kept, and the cut-off one resumes from its checkpoint
     resumed = seed_cli("sweep", "recipe.yaml", "--run", cwd=root)
-    assert resumed.returncode == 1 and "did not succeed: sdar-s1" in resumed.stderr
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     kept = "kept 3 experiments already run on this commit with the same params: grpo-s0, grpo-s1, sdar-s0"
-    assert kept in resumed.stdout and "queued sdar-s1" in resumed.stdout and "queued grpo" not in resumed.stdout
+    assert kept in resumed.stdout and "running sdar-s1" in resumed.stdout and "running grpo" not in resumed.stdout
+    assert "resuming runs/rl/sdar-grpo-s1-0123456789 after epoch_001" in resumed.stdout
     revs = {s["name"]: s.get("rev") for s in json.loads((root / "results/sweep.json").read_text())}
-    assert all(revs[n] == summary[n]["rev"] for n in ("grpo-s0", "grpo-s1", "sdar-s0"))
+    assert all(revs[n] == summary[n]["rev"] for n in ("grpo-s0", "grpo-s1", "sdar-s0")) and revs["sdar-s1"]
+    assert (root / "params.yaml").read_text() == before
     # with other params (here a recipe that changes rl.epochs) nothing is kept
     (root / "recipe.yaml").write_text(
         yaml.safe_dump({"seeds": 1, "set": {"rl.epochs": 3}, "methods": {"grpo": {"rl.method": "grpo"}}})
     )
     changed = seed_cli("sweep", "recipe.yaml", "--run", cwd=root)
-    assert changed.returncode == 0 and "kept" not in changed.stdout and "queued grpo-s0" in changed.stdout
+    assert changed.returncode == 0 and "kept" not in changed.stdout and "running grpo-s0" in changed.stdout
 
 
 @pytest.mark.fault("params", n=2)  # unknown method, outputs git-ignored
@@ -174,7 +181,8 @@ def test_sweep_refuses_bad_input_before_queueing(tmp_path):
     proc = seed_cli("sweep", "bad.yaml", "--run", cwd=root)
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        "error: sweep run ppo-s0: params: `rl.method` must be one of ['grpo', 'seed', 'grpo_opsd', 'sdar'], got 'ppo'"
+        "error: sweep run ppo-s0: params: `rl.method` must be one of ['grpo', 'seed', 'grpo_opsd', 'sdar', "
+        "'seed_shuffled', 'seed_oracle'], got 'ppo'"
     )
     assert "ppo-s0" not in sh("dvc", "exp", "show", "--json", cwd=root).stdout
 
@@ -234,3 +242,76 @@ def test_dvc_push_pull_with_the_default_remote(tmp_path):
     shutil.rmtree(root / "models")
     sh("dvc", "pull", cwd=root)
     assert (root / "models/rl/weights.bin").read_bytes() == weights
+
+
+FAKE_STAGE = """\
+import hashlib, os, pathlib, sys
+name, outs, files = sys.argv[1], sys.argv[2].split(","), [f for f in sys.argv[3:] if f]
+with open(os.environ["STAGES_LOG"], "a") as log:
+    log.write(name + "\\n")
+stamp = name + hashlib.sha256(open("params.yaml", "rb").read()).hexdigest()
+for out in outs:
+    path = pathlib.Path(out)
+    if path.suffix:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text('{"stamp": "%s"}' % stamp)
+    else:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "out.txt").write_text(stamp)
+for f in files:  # files inside an output folder that other stages depend on
+    pathlib.Path(f).write_text(stamp)
+"""
+
+
+def fake_pipeline(root: Path) -> None:
+    """The real dvc.yaml, params.yaml and source deps, each stage's command replaced by one that logs the stage's
+    name and writes its outputs (stamped with params.yaml's hash): DVC decides what runs exactly as it would."""
+    spec = yaml.safe_load((REPO / "dvc.yaml").read_text())
+    stages = {n: s.get("do", s) for n, s in spec["stages"].items()}
+    deps = {d for s in stages.values() for d in s.get("deps", [])}
+    for name, s in stages.items():
+        outs = [next(iter(o)) if isinstance(o, dict) else o for o in s.get("outs", []) + s.get("metrics", [])]
+        inside = sorted(d for d in deps for o in outs if d.startswith(o + "/"))
+        label = f"{name}@${{item}}" if "foreach" in spec["stages"][name] else name
+        s["cmd"] = f"python fake_stage.py {label} {','.join(outs)} {' '.join(inside)}".strip()
+    for d in deps:
+        if (REPO / d).is_file():
+            (root / d).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO / d, root / d)
+    (root / "dvc.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    (root / "fake_stage.py").write_text(FAKE_STAGE)
+    shutil.copy(REPO / "params.yaml", root / "params.yaml")
+
+
+def test_an_rl_side_sweep_runs_only_rl_and_its_evaluation(tmp_path):
+    """Issue 34: an experiment that changes only RL-side parameters reuses every stage upstream of rl, in the
+    workspace (one job) and in DVC's temporary copies (--jobs 2: restored from the run-cache)."""
+    root = tmp_path / "proj"
+    root.mkdir()
+    sh("git", "init", "-q", cwd=root)
+    sh("dvc", "init", "-q", cwd=root)
+    fake_pipeline(root)
+    log = tmp_path / "stages.log"
+    os.environ["STAGES_LOG"] = str(log)  # the fake stages' log, outside the repository and its temporary copies
+    try:
+        sh("dvc", "repro", cwd=root)
+        evaluate = [f"evaluate@{m}" for m in yaml.safe_load((REPO / "params.yaml").read_text())["evaluate"]["models"]]
+        upstream = ["prepare", "warmup", "build_sft_data", "train_analyzer"]
+        assert log.read_text().split() == [*upstream, "rl", *evaluate, "eval_table"]
+        sh("git", "add", "-A", cwd=root)
+        sh("git", "commit", "-qm", "the reference run", cwd=root)
+
+        recipe = {"seeds": [1, 2], "set": {"evaluate.models": ["rl"]}, "methods": {"grpo": {"rl.method": "grpo"}}}
+        (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+        log.write_text("")
+        one = seed_cli("sweep", "recipe.yaml", "--seeds", "1", "--run", cwd=root)
+        assert one.returncode == 0, one.stdout + one.stderr
+        assert log.read_text().split() == ["rl", "evaluate@rl", "eval_table"]
+
+        log.write_text("")
+        both = seed_cli("sweep", "recipe.yaml", "--run", "--jobs", "2", cwd=root)
+        assert both.returncode == 0, both.stdout + both.stderr
+        assert "kept 1 experiments" in both.stdout and "queued grpo-s2" in both.stdout
+        assert log.read_text().split() == ["rl", "evaluate@rl", "eval_table"]
+    finally:
+        del os.environ["STAGES_LOG"]

@@ -436,12 +436,14 @@ def build_parser() -> argparse.ArgumentParser:
     sw = sub.add_parser(
         "sweep",
         help="methods x seeds as DVC experiments, collected into results/ for `seed report`",
-        description="Queues one `dvc exp run --queue -n <method>-s<seed> -S ...` per combination of the recipe "
-        "(recipes/sweeps/methods.yaml), after validating every combination's params. With --run it runs the "
-        "queue and collects each experiment's params.yaml and metrics/ into RESULTS/<method>-s<seed>/ plus "
-        "RESULTS/sweep.json; a failed run does not stop the others and is named at the end (exit code 1). "
-        "Running the same sweep again resumes it: experiments that already succeeded on this commit with the same "
-        "params are kept, the others are queued again.",
+        description="One DVC experiment <method>-s<seed> per combination of the recipe "
+        "(recipes/sweeps/methods.yaml), after validating every combination's params. With --run they run one "
+        "after another in this workspace (params.yaml with the overrides, `dvc repro`, `dvc exp save`), so the "
+        "shared stages run once and a run cut off resumes after its last complete RL epoch; with --jobs N > 1 "
+        "(or without --run) they are queued (`dvc exp run --queue`) and run in temporary copies. Each experiment's "
+        "params.yaml and metrics/ are collected into RESULTS/<method>-s<seed>/ plus RESULTS/sweep.json; a failed "
+        "run does not stop the others and is named at the end (exit code 1). Running the same sweep again resumes "
+        "it: experiments that already succeeded on this commit with the same params are kept.",
     )
     sw.add_argument("recipe", help="a sweep recipe, e.g. recipes/sweeps/methods.yaml")
     sw.add_argument(
@@ -449,13 +451,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sw.add_argument("--methods", nargs="+", default=None, help="only these methods of the recipe")
     sw.add_argument(
-        "--run", action="store_true", help="run the queue (`dvc exp run --run-all`) and collect the results"
+        "--run", action="store_true", help="run the experiments (in this workspace; queued with --jobs > 1) and collect"
     )
     sw.add_argument("--collect", action="store_true", help="only collect the results of experiments already run")
     sw.add_argument(
         "--rerun", action="store_true", help="run every combination again, also those that already succeeded"
     )
-    sw.add_argument("--jobs", type=int, default=1, help="experiments run at once (default 1)")
+    sw.add_argument(
+        "--jobs", type=int, default=1, help="experiments run at once (default 1: in the workspace, resumable)"
+    )
     sw.add_argument("--results", default="results", help="results folder (default: results/)")
     sw.add_argument("--repo", default=".", help="the DVC repository (default: the current directory)")
     sw.set_defaults(func=cmd_sweep)

@@ -5,11 +5,15 @@ seeds; `seed sweep RECIPE` expands it into one experiment per (method, seed) and
   1. validates every combination's resulting params (the same check and message as `seed params`), and that
      params.yaml already has every overridden key (`dvc exp run -S` refuses others), so a typo or an incomplete
      params file fails in a second instead of after the first run;
-  2. queues each as `dvc exp run --queue -n <method>-s<seed> -S key=value ...`, except those that already ran
-     successfully on this commit with the same params (a sweep cut off, or partly failed, is resumed by running
-     it again; `rerun` replaces them too); an unfinished or failed experiment of that name is removed first;
-  3. with `--run`, runs the queue (`dvc exp run --run-all --jobs J`): each experiment in its own temporary
-     copy of the repository, outputs shared through the DVC cache; a failed one does not stop the others;
+  2. skips those that already ran successfully on this commit with the same params (a sweep cut off, or partly
+     failed, is resumed by running it again; `rerun` replaces them too); an unfinished or failed experiment of
+     that name is removed first;
+  3. with `--run` (one job), runs the others one after another in the workspace (params.yaml with the overrides,
+     `dvc repro`, `dvc exp save -n <method>-s<seed>`): the shared stages' outputs are there already, and a run cut off resumes
+     after its last complete epoch from the persisted `runs/rl`; with `--jobs J` > 1, or without `--run`, queues
+     them (`dvc exp run --queue ...`) and runs the queue (`--run-all --jobs J`), each experiment in its own
+     temporary copy of the repository, outputs shared through the DVC cache (a cut-off one starts again);
+     a failed run does not stop the others;
   4. collects every experiment from `dvc exp show --json` (which holds the queue's success/failure state)
      and its commit (`git show <rev>:<file>`), all offline, into the results layout read by `seed report`:
        results/<method>-s<seed>/params.yaml      the experiment's params
@@ -40,7 +44,7 @@ from typing import Any
 import yaml
 
 from seed_core.config import ConfigError, params_from_dict
-from seed_core.records import epoch_of
+from seed_core.records import atomic_write_text, epoch_of
 
 METRICS_DIR = "metrics"
 
@@ -181,9 +185,12 @@ def check_combos(repo: Path, combos: list[Combo]) -> None:
 def _dvc(
     repo: Path, *args: str, env: dict[str, str] | None = None, capture: bool = True
 ) -> subprocess.CompletedProcess:
+    return subprocess.run([_dvc_exe(), *args], cwd=repo, env=env, text=True, capture_output=capture)
+
+
+def _dvc_exe() -> str:
     venv_dvc = Path(sys.executable).with_name("dvc")
-    exe = str(venv_dvc) if venv_dvc.exists() else shutil.which("dvc") or "dvc"
-    return subprocess.run([exe, *args], cwd=repo, env=env, text=True, capture_output=capture)
+    return str(venv_dvc) if venv_dvc.exists() else shutil.which("dvc") or "dvc"
 
 
 def sweep_env(repo: Path, group: str | None = None) -> dict[str, str]:
@@ -265,6 +272,71 @@ def queue(repo: Path, combos: list[Combo], log: Callable[[str], None] = print, r
     return combos
 
 
+def run_in_workspace(
+    repo: Path, combos: list[Combo], env: dict[str, str], log: Callable[[str], None] = print, rerun: bool = False
+) -> dict[str, Path]:
+    """Run the combinations still to run one after another in the workspace: params.yaml with the run's overrides,
+    `dvc repro`, then `dvc exp save -n NAME` (`dvc exp run` would first check out the workspace, deleting a cut-off
+    run's checkpoints); returns {name: log file} of those that failed.
+
+    In the workspace the persisted `runs/rl` keeps a cut-off run's checkpoints, so running the sweep again resumes
+    it after its last complete epoch, and the shared stages' outputs are already there (DVC skips them). Each
+    run's output is streamed and kept in `.dvc/tmp/sweep/<name>.log`. params.yaml and dvc.lock are put back as
+    they were after each run; a copy kept beside the logs while a run is in flight puts them back after a kill."""
+    tmp = repo / ".dvc" / "tmp" / "sweep"
+    tmp.mkdir(parents=True, exist_ok=True)
+    saved = {name: tmp / f"workspace-{name}" for name in ("params.yaml", "dvc.lock")}
+    if saved["params.yaml"].exists():  # a sweep was cut off mid-run: its overrides are still in the workspace
+        log("putting back params.yaml and dvc.lock as they were before a sweep run that was cut off")
+        _restore(repo, saved)
+    existing, params = experiments(repo), yaml.safe_load((repo / "params.yaml").read_text())
+    done = [] if rerun else [c.name for c in combos if _already_ran(repo, existing.get(c.name), c, params)]
+    if done:
+        log(f"kept {len(done)} experiments already run on this commit with the same params: {', '.join(done)}")
+    failed: dict[str, Path] = {}
+    for c in (c for c in combos if c.name not in done):
+        if c.name in existing:
+            _dvc(repo, "exp", "remove", c.name)
+        for name, copy in saved.items():  # an empty copy stands for no file
+            copy.write_bytes((repo / name).read_bytes() if (repo / name).exists() else b"")
+        log(f"running {c.name}: " + " ".join(format_override(k, v) for k, v in c.overrides.items()))
+        log_path = tmp / f"{c.name}.log"
+        try:
+            atomic_write_text(
+                repo / "params.yaml", yaml.safe_dump(apply_overrides(params, c.overrides), sort_keys=False)
+            )
+            rc = _dvc_logged(repo, log_path, env, "repro")
+            if rc == 0:
+                rc = _dvc_logged(repo, log_path, env, "exp", "save", "-f", "-n", c.name, "-I", METRICS_DIR, append=True)
+        finally:
+            _restore(repo, saved)
+        if rc != 0:
+            log(f"{c.name} failed (exit code {rc}); its log: {log_path}")
+            failed[c.name] = log_path
+    return failed
+
+
+def _restore(repo: Path, saved: dict[str, Path]) -> None:
+    for name, copy in saved.items():
+        if copy.exists() and copy.stat().st_size:
+            os.replace(copy, repo / name)
+        elif copy.exists():  # there was none
+            (repo / name).unlink(missing_ok=True)
+            copy.unlink()
+
+
+def _dvc_logged(repo: Path, log_path: Path, env: dict[str, str], *args: str, append: bool = False) -> int:
+    """A dvc command whose output goes both to this process's stdout and to `log_path`; its exit code."""
+    with open(log_path, "a" if append else "w") as f:
+        proc = subprocess.Popen(
+            [_dvc_exe(), *args], cwd=repo, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            f.write(line)
+        return proc.wait()
+
+
 def run_queue(repo: Path, jobs: int = 1, env: dict[str, str] | None = None) -> int:
     """`dvc exp run --run-all`: every queued experiment; its output streams to this process's stdout."""
     return _dvc(repo, "exp", "run", "--run-all", "--jobs", str(jobs), env=env, capture=False).returncode
@@ -279,14 +351,18 @@ def _error_lines(log_path: str | None, limit: int = 5) -> list[str]:
     return list(dict.fromkeys(errors))[-limit:]
 
 
-def collect(repo: Path, combos: list[Combo], results: Path) -> list[dict]:
-    """Write each finished experiment's params and metrics files under `results/<name>/`; return the summary."""
+def collect(repo: Path, combos: list[Combo], results: Path, failed_logs: dict[str, Path] | None = None) -> list[dict]:
+    """Write each finished experiment's params and metrics files under `results/<name>/`; return the summary.
+    `failed_logs`: the logs of workspace runs that failed (they leave no experiment behind)."""
     exps = experiments(repo)
     summary = []
     for c in combos:
         e = exps.get(c.name)
         entry = {"name": c.name, "method": c.method, "seed": c.seed, "overrides": c.overrides}
-        if e is None:
+        if c.name in (failed_logs or {}):
+            log_path = str(failed_logs[c.name])
+            entry.update(status="failed", log=log_path, error="; ".join(_error_lines(log_path)) or "see its log")
+        elif e is None:
             entry.update(status="missing", error="no experiment of this name for the current commit")
         elif e["state"] in ("queued", "running"):
             entry.update(status=e["state"], rev=e["rev"])
@@ -392,16 +468,20 @@ def run_sweep(
     repo = Path(repo).resolve()
     combos = load_recipe(repo / recipe if not Path(recipe).is_absolute() else recipe, seeds, methods)
     results = repo / results if not Path(results).is_absolute() else Path(results)
+    failed_logs: dict[str, Path] = {}
     if not collect_only:
         check_combos(repo, combos)
         check_repo(repo)
-        queued = queue(repo, combos, log, rerun)
-        if not run:
-            log("queued; run them with `dvc exp run --run-all`, then collect with `seed sweep RECIPE --collect`")
-            return []
-        rc = run_queue(repo, jobs, sweep_env(repo, group)) if queued else 0
-        if rc != 0:
-            log(f"dvc exp run --run-all exited with {rc}; collecting what finished")
-    summary = collect(repo, combos, results)
+        if run and jobs == 1:
+            failed_logs = run_in_workspace(repo, combos, sweep_env(repo, group), log, rerun)
+        else:
+            queued = queue(repo, combos, log, rerun)
+            if not run:
+                log("queued; run them with `dvc exp run --run-all`, then collect with `seed sweep RECIPE --collect`")
+                return []
+            rc = run_queue(repo, jobs, sweep_env(repo, group)) if queued else 0
+            if rc != 0:
+                log(f"dvc exp run --run-all exited with {rc}; collecting what finished")
+    summary = collect(repo, combos, results, failed_logs)
     log(report(summary))
     return summary
