@@ -223,8 +223,8 @@ def cmd_report(args: argparse.Namespace) -> None:
     from seed_core.tools.report import ReportError, write_report
 
     try:
-        out = write_report(args.runs, args.out, args.model, args.samples)
-        print(f"wrote {out} and {Path(out).with_suffix('.json')} (the learning-curve numbers)")
+        out = write_report(args.runs, args.out, args.model, args.samples, baseline=args.baseline)
+        print(f"wrote {out} and {Path(out).with_suffix('.json')} (its numbers)")
     except (ReportError, ValueError) as e:
         _fail(e)
 
@@ -422,6 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", default="report.html", help="the page to write (default: report.html)")
     rp.add_argument("--model", default="rl", help="which model of eval.json to compare (default: rl)")
     rp.add_argument("--samples", type=int, default=3, help="sample skills per method (default: 3)")
+    rp.add_argument(
+        "--baseline", default="grpo", help="the method every other one is paired against, seed by seed (default: grpo)"
+    )
     rp.set_defaults(func=cmd_report)
 
     sv = sub.add_parser(

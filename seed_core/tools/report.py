@@ -31,10 +31,39 @@ under its per-update curve divided by its length: a sample-efficiency summary th
 then mean ± CI over seeds. `write_report` also writes these numbers next to the page as JSON
 (`learning_curve_summary`; report.html -> report.json), as fractions rather than %.
 
+Paired difference. Against a baseline method (`grpo` by default, when it is among the methods): per other method,
+split and mode of eval.json, and per seed that both ran, the final held-out success (success/macro of `--model`,
+the eval tables' macro avg) of the method minus the baseline's for the same seed; then mean ± CI over those
+paired seeds. A seed that only one of the two ran is left out, and the page says which. The two runs of one seed
+share what the seed fixes (in a sweep, the training games and sampling seeds), so this interval, not the two
+eval-table intervals side by side, is the one that says whether the methods differ.
+
+Credit, skills, wall time (from rl_updates.json). The credit probe (`credit/auc/<signal>`, pooled AUC, and
+`credit/auc_within/<signal>`, within-trajectory AUC, of advantage, delta, delta_action and gate for telling the
+solver's optimal moves from the others, 0.5 = no better than chance; `credit/optimal_frac`) and the skill
+statistics (`skills/parse_rate`, `skills/consistent`, `skills/facts_true`, `skills/outcome_true`,
+`skills/move_lists_true`): per method a table of each key's mean over updates per seed, then mean ± CI over seeds,
+and per-update charts of the AUCs (dashed line at 0.5) and of parse rate and consistency. A key that no seed of a
+method logged (GRPO has no gate; ALFWorld has no credit probe) is left out for that method. Wall time: per run
+the sum over updates of each of `time/rollout_s`, `time/analysis_s`, `time/rescore_s`, `time/update_s`, and of
+the four together (`time/total_s`), then mean ± CI over seeds; the sampler sync (`time/sync_s`), validation,
+evaluation and the stages before rl are not counted.
+
+report.json (`report_summary`): {method: {...}}, fractions (seconds for wall time), each number
+[mean over seeds, half-width of the 95% t-interval or None for one seed] unless said otherwise:
+    seeds, train_success_by_epoch, val_success_by_epoch, train_success_auc   learning_curve_summary
+    credit: {key: [m, h]}, skills: {key: [m, h]}                             per seed the mean over updates
+    wall_time_s: {time/<phase>_s: [m, h], time/total_s: [m, h]}              per seed the sum over updates
+    paired_difference: {split: {mode: {"baseline", "metric", "seeds", "diffs", "mean", "ci", "left_out"}}}
+        (every method but the baseline; "diffs" per paired seed, in the order of "seeds"; "ci" the half-width;
+        "left_out": {method: seeds only it ran, baseline: seeds only the baseline ran})
+Keys of credit, skills and wall_time_s that no seed of a method logged are absent ({} when none).
+
 Plots are SVG drawn here (no plotting dependency), embedded as base64 `data:` images: per method each seed
 (thin), the mean over seeds at each update (bold) and, shaded under it, the 95% t-interval at each update
-where at least 2 seeds have a value. The band is drawn clipped to the plot frame: with 2 or 3 seeds it often
-reaches past [0, 1], and letting it set the scale would flatten the lines; the table has the numbers.
+where at least 2 seeds have a value (`curves`, for any list of per-update keys). The band is drawn clipped to
+the plot frame: with 2 or 3 seeds it often reaches past [0, 1], and letting it set the scale would flatten the
+lines; the table has the numbers.
 """
 
 from __future__ import annotations
@@ -102,9 +131,26 @@ CURVES = (
     "opd/gate_mean",
     "opd/gate_gt_half_ratio",
     "opd/delta_mean",
-    "skills/parse_rate",
     "loss/opd",
 )
+# the credit probe's per-update keys (`method.update.credit_metrics`): pooled and within-trajectory AUC per signal
+CREDIT_SIGNALS = ("gate", "delta_action", "delta", "advantage")
+CREDIT_KEYS = tuple(f"credit/{kind}/{s}" for kind in ("auc_within", "auc") for s in CREDIT_SIGNALS) + (
+    "credit/optimal_frac",
+)
+# whether skills parse and say true things of their episodes (`method.skills.consistency_metrics`)
+SKILL_KEYS = (
+    "skills/parse_rate",
+    "skills/consistent",
+    "skills/facts_true",
+    "skills/outcome_true",
+    "skills/move_lists_true",
+)
+SKILL_CURVES = ("skills/parse_rate", "skills/consistent")
+# the update's timed phases (`method.update.Trainer.step`); WALL_TOTAL, their sum, is computed here
+TIME_PHASES = ("time/rollout_s", "time/analysis_s", "time/rescore_s", "time/update_s")
+WALL_TOTAL = "time/total_s"
+PAIRED_METRIC = "success/macro"
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 _SEED_SUFFIX = re.compile(r"^(.*)-s(\d+)$")
 
@@ -279,10 +325,28 @@ def _epoch_values(rs: list[Run], metric: str) -> dict[int, list[float]]:
     return dict(sorted(out.items()))
 
 
-def _auc_values(rs: list[Run]) -> list[float]:
-    """Per seed, the mean training success over all its updates: the area under its per-update curve over its
-    length, which at equal final success is higher for the method that learned sooner."""
-    return [statistics.fmean(y for _, y in pts) for r in rs if (pts := points(r, TRAIN_SUCCESS))]
+def _update_means(rs: list[Run], metric: str) -> list[float]:
+    """Per seed that logged the metric, its mean over the seed's updates. For training success this is the area
+    under the per-update curve over its length, which at equal final success is higher for the method that
+    learned sooner."""
+    return [statistics.fmean(y for _, y in pts) for r in rs if (pts := points(r, metric))]
+
+
+def _update_sums(rs: list[Run], metric: str) -> list[float]:
+    """Per seed that logged the metric, its sum over the seed's updates; WALL_TOTAL sums every TIME_PHASES key."""
+    keys = TIME_PHASES if metric == WALL_TOTAL else (metric,)
+    return [sum(ys) for r in rs if (ys := [y for k in keys for _, y in points(r, k)])]
+
+
+def _logged(groups: dict[str, list[Run]], keys: Sequence[str], prefix: str | None = None) -> list[str]:
+    """The keys that some run's rl_updates.json has, in the order given, then any other key under `prefix`."""
+    have = {k for rs in groups.values() for r in rs for u in r.updates for k, v in u.items() if v is not None}
+    return [k for k in keys if k in have] + sorted(k for k in have - set(keys) if prefix and k.startswith(prefix))
+
+
+def _per_seed_summary(rs: list[Run], keys: Sequence[str], per_seed) -> dict[str, list]:
+    """{key: [mean over seeds, half-width or None]} of per_seed(rs, key), for the keys some seed has."""
+    return {k: list(mean_ci(v)) for k in keys if (v := per_seed(rs, k))}
 
 
 def learning_curve_summary(groups: dict[str, list[Run]]) -> dict[str, dict]:
@@ -298,7 +362,7 @@ def learning_curve_summary(groups: dict[str, list[Run]]) -> dict[str, dict]:
 
     out = {}
     for method, rs in groups.items():
-        auc = _auc_values(rs)
+        auc = _update_means(rs, TRAIN_SUCCESS)
         out[method] = {
             "seeds": len(rs),
             "train_success_by_epoch": by_epoch(_epoch_values(rs, TRAIN_SUCCESS)),
@@ -321,6 +385,96 @@ def _band(per_x: dict[float, list[float]]) -> list[list[tuple[float, float, floa
     return [seg for seg in segments if seg]
 
 
+# ------------------------------------------------------------------------------------------------ paired difference
+
+
+def _check_model(groups: dict[str, list[Run]], model: str) -> None:
+    for rs in groups.values():
+        for r in rs:
+            if model not in r.eval:
+                raise ReportError(
+                    f"{r.path}/metrics/eval.json has no model {model!r} (it has {sorted(r.eval)}); choose one with --model"
+                )
+
+
+def _splits_modes(groups: dict[str, list[Run]], model: str) -> list[tuple[str, str]]:
+    """(split, mode) of the first run's eval.json for `model`: the eval tables, and the paired differences."""
+    _check_model(groups, model)
+    first = next(iter(groups.values()))[0].eval[model]
+    return [(split, mode) for split, modes in first.items() for mode in modes]
+
+
+def _final(run: Run, model: str, split: str, mode: str, key: str) -> float | None:
+    """One value of a run's eval.json (what the eval tables average), None where the run lacks it."""
+    return run.eval[model].get(split, {}).get(mode, {}).get(key)
+
+
+def _seed_sort(seed: str) -> tuple:
+    return (0, int(seed), "") if seed.isdigit() else (1, 0, seed)
+
+
+def _seed_json(seed: str) -> int | str:
+    return int(seed) if seed.isdigit() else seed
+
+
+def paired_difference(groups: dict[str, list[Run]], model: str = "rl", baseline: str = "grpo") -> dict[str, dict]:
+    """{method: {split: {mode: {"baseline", "metric", "seeds", "diffs", "mean", "ci", "left_out"}}}} for every
+    method but `baseline`; {} when `baseline` is not among the methods.
+
+    Per seed that both the method and the baseline ran (and whose eval.json has PAIRED_METRIC for the split and
+    mode), diffs holds method - baseline of the final held-out success of `model`, a fraction; mean and ci are
+    its mean and the half-width of the 95% t-interval over those paired seeds (ci None for one seed, both None
+    for none). left_out: {method: seeds only it has, baseline: seeds only the baseline has}."""
+    if baseline not in groups:
+        return {}
+    out: dict[str, dict] = {}
+    for method, rs in groups.items():
+        if method == baseline:
+            continue
+        per: dict[str, dict] = {}
+        for split, mode in _splits_modes(groups, model):
+            mine, base = (
+                {r.seed: v for r in runs if (v := _final(r, model, split, mode, PAIRED_METRIC)) is not None}
+                for runs in (rs, groups[baseline])
+            )
+            seeds = sorted(mine.keys() & base.keys(), key=_seed_sort)
+            diffs = [mine[s] - base[s] for s in seeds]
+            m, h = mean_ci(diffs) if diffs else (None, None)
+            per.setdefault(split, {})[mode] = {
+                "baseline": baseline,
+                "metric": PAIRED_METRIC,
+                "seeds": [_seed_json(s) for s in seeds],
+                "diffs": diffs,
+                "mean": m,
+                "ci": h,
+                "left_out": {
+                    name: [_seed_json(s) for s in sorted(one.keys() - other.keys(), key=_seed_sort)]
+                    for name, one, other in ((method, mine, base), (baseline, base, mine))
+                },
+            }
+        out[method] = per
+    return out
+
+
+def report_summary(groups: dict[str, list[Run]], model: str = "rl", baseline: str = "grpo") -> dict[str, dict]:
+    """What report.json holds: per method, learning_curve_summary's entry plus, fractions and seconds,
+    "credit" and "skills" ({key: [mean, half-width]} over seeds of each seed's mean over its updates),
+    "wall_time_s" ({phase: [mean, half-width]} over seeds of each seed's sum over its updates, and WALL_TOTAL)
+    and, for every method but `baseline` when it is present, "paired_difference" (`paired_difference`)."""
+    out = learning_curve_summary(groups)
+    credit, skills = _logged(groups, CREDIT_KEYS, "credit/"), _logged(groups, SKILL_KEYS)
+    paired = paired_difference(groups, model, baseline)
+    for method, rs in groups.items():
+        out[method] |= {
+            "credit": _per_seed_summary(rs, credit, _update_means),
+            "skills": _per_seed_summary(rs, skills, _update_means),
+            "wall_time_s": _per_seed_summary(rs, (*TIME_PHASES, WALL_TOTAL), _update_sums),
+        }
+        if method in paired:
+            out[method]["paired_difference"] = paired[method]
+    return out
+
+
 # ------------------------------------------------------------------------------------------------ SVG
 
 
@@ -329,15 +483,24 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [lo + i * step for i in range(n)]
 
 
-def svg_chart(title: str, series: list[dict], width: int = 640, height: int = 300) -> str:
+def svg_chart(
+    title: str,
+    series: list[dict],
+    width: int = 640,
+    height: int = 300,
+    unit: bool = False,
+    ref: float | None = None,
+) -> str:
     """A line chart: series = [{"label", "color", "x", "y", "bold"}, optional "band": segments of (x, low, high)
-    drawn as shaded areas]; the legend lists bold series. The y range comes from the lines alone."""
+    drawn as shaded areas]; the legend lists bold series. The y range comes from the lines alone (and `ref`);
+    `unit` (a share or an AUC) or a title that names a rate puts values within [0, 1] on [0, 1]. `ref`: a dashed
+    horizontal reference line at that value (0.5 for an AUC: chance)."""
     left, right, top, bottom = 60, 170, 30, 40
     xs = [x for s in series for x in s["x"]]
-    ys = [y for s in series for y in s["y"]]
+    ys = [y for s in series for y in s["y"]] + ([] if ref is None else [ref])
     x0, x1 = min(xs), max(xs)
     y0, y1 = min(ys), max(ys)
-    if 0 <= y0 and y1 <= 1 and (title.endswith("rate") or "ratio" in title or "gate" in title):
+    if 0 <= y0 and y1 <= 1 and (unit or title.endswith("rate") or "ratio" in title or "gate" in title):
         y0, y1 = 0.0, 1.0  # rates on their natural scale, so charts compare at a glance
     if y1 - y0 < 1e-12:
         y0, y1 = y0 - 0.5, y1 + 0.5
@@ -386,6 +549,12 @@ def svg_chart(title: str, series: list[dict], width: int = 640, height: int = 30
                 f'<polygon class="band" points="{pts}" fill="{s["color"]}" fill-opacity="0.2" stroke="none" '
                 f'clip-path="url(#frame)"/>'
             )
+    if ref is not None:
+        parts.append(
+            f'<line class="ref" x1="{left}" x2="{left + pw}" y1="{py(ref):.1f}" y2="{py(ref):.1f}" stroke="#555" '
+            f'stroke-dasharray="5 4"/><text x="{left + pw - 4}" y="{py(ref) - 4:.1f}" text-anchor="end" '
+            f'fill="#555">{ref:g}</text>'
+        )
     for s in series:
         pts = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in zip(s["x"], s["y"]))
         w, op = ("2.5", "1") if s["bold"] else ("1", "0.35")
@@ -406,58 +575,66 @@ def _img(svg: str, alt: str) -> str:
     return f'<img class="chart" alt="{html.escape(alt)}" src="data:image/svg+xml;base64,{data}">'
 
 
-def curves(groups: dict[str, list[Run]]) -> list[tuple[str, str]]:
-    """(metric, svg) per metric of CURVES that some run logged: seeds thin, mean bold over its 95% t-band."""
-    out = []
-    for metric in CURVES:
-        series = []
-        for i, (method, rs) in enumerate(groups.items()):
-            color = COLORS[i % len(COLORS)]
-            per_update: dict[float, list[float]] = {}
-            logged = 0  # seeds that logged the metric (a run may lack validation), for the legend
-            for r in rs:
-                pts = points(r, metric)
-                if pts:
-                    logged += 1
-                    series.append(
-                        {
-                            "label": f"{method} s{r.seed}",
-                            "color": color,
-                            "x": [p[0] for p in pts],
-                            "y": [p[1] for p in pts],
-                            "bold": False,
-                        }
-                    )
-                for x, y in pts:
-                    per_update.setdefault(x, []).append(y)
-            if per_update:
-                xs = sorted(per_update)
+def _series(groups: dict[str, list[Run]], metric: str) -> list[dict]:
+    """svg_chart's series of one metric: per method (a colour each, by its place among all methods) each seed
+    thin, and the mean over seeds at each update bold over its 95% t-band; [] where no run logged it."""
+    series = []
+    for i, (method, rs) in enumerate(groups.items()):
+        color = COLORS[i % len(COLORS)]
+        per_update: dict[float, list[float]] = {}
+        logged = 0  # seeds that logged the metric (a run may lack validation), for the legend
+        for r in rs:
+            pts = points(r, metric)
+            if pts:
+                logged += 1
                 series.append(
                     {
-                        "label": f"{method} (mean of {logged})",
+                        "label": f"{method} s{r.seed}",
                         "color": color,
-                        "x": xs,
-                        "y": [statistics.fmean(per_update[x]) for x in xs],
-                        "bold": True,
-                        "band": _band(per_update),
+                        "x": [p[0] for p in pts],
+                        "y": [p[1] for p in pts],
+                        "bold": False,
                     }
                 )
-        if series:
-            out.append((metric, svg_chart(metric, series)))
-    return out
+            for x, y in pts:
+                per_update.setdefault(x, []).append(y)
+        if per_update:
+            xs = sorted(per_update)
+            series.append(
+                {
+                    "label": f"{method} (mean of {logged})",
+                    "color": color,
+                    "x": xs,
+                    "y": [statistics.fmean(per_update[x]) for x in xs],
+                    "bold": True,
+                    "band": _band(per_update),
+                }
+            )
+    return series
+
+
+def curves(
+    groups: dict[str, list[Run]], metrics: Sequence[str] = CURVES, unit: bool = False, ref: float | None = None
+) -> list[tuple[str, str]]:
+    """(metric, svg) per metric that some run logged (CURVES by default): seeds thin, mean bold over its 95%
+    t-band; `unit` and `ref` as in svg_chart."""
+    return [(m, svg_chart(m, series, unit=unit, ref=ref)) for m in metrics if (series := _series(groups, m))]
 
 
 # ------------------------------------------------------------------------------------------------ HTML
 
 
-def _cell(values: list[float], key: str, percent: bool) -> str:
+def _cell(values: list[float], key: str, percent: bool, decimals: int | None = None) -> str:
+    """Mean ± half-width: in % with 1 decimal, else with `decimals` decimals or 4 significant digits."""
     if not values:
         return f'<td data-key="{html.escape(key)}">–</td>'
     m, h = mean_ci(values)
     k = 100.0 if percent else 1.0
-    text = f"{k * m:.1f}" if percent else f"{m:.4g}"
-    if h is not None:
-        text += f" ± {k * h:.1f}" if percent else f" ± {h:.3g}"
+    if percent or decimals is not None:
+        d = 1 if percent else decimals
+        text = f"{k * m:.{d}f}" + ("" if h is None else f" ± {k * h:.{d}f}")
+    else:
+        text = f"{m:.4g}" + ("" if h is None else f" ± {h:.3g}")
     seeds = ", ".join(f"{k * v:.4g}" for v in values)
     return (
         f'<td data-key="{html.escape(key)}" data-mean="{m!r}" data-half="{"" if h is None else repr(h)}" '
@@ -466,45 +643,88 @@ def _cell(values: list[float], key: str, percent: bool) -> str:
 
 
 def _eval_tables(groups: dict[str, list[Run]], model: str) -> str:
-    for rs in groups.values():
-        for r in rs:
-            if model not in r.eval:
-                raise ReportError(
-                    f"{r.path}/metrics/eval.json has no model {model!r} (it has {sorted(r.eval)}); choose one with --model"
-                )
-    first = next(iter(groups.values()))[0].eval[model]
     parts = []
-    for split, modes in first.items():
-        for mode in modes:
-            present = [
-                t
-                for t in TASK_TYPES
-                if any(
-                    f"success/{t}" in r.eval[model].get(split, {}).get(mode, {}) for rs in groups.values() for r in rs
+    for split, mode in _splits_modes(groups, model):
+        present = [
+            t
+            for t in TASK_TYPES
+            if any(_final(r, model, split, mode, f"success/{t}") is not None for rs in groups.values() for r in rs)
+        ]
+        cols = [(f"success/{t}", TASK_SHORT[t]) for t in present] + [
+            ("success/macro", "macro avg"),
+            ("success/micro", "micro avg"),
+            ("invalid_rate", "invalid rate"),
+        ]
+        head = "".join(f"<th>{html.escape(c)}</th>" for _, c in cols)
+        rows = []
+        for method, rs in groups.items():
+            cells = "".join(
+                _cell(
+                    [v for r in rs if (v := _final(r, model, split, mode, k)) is not None],
+                    f"{split}/{mode}/{method}/{k}",
+                    True,
                 )
-            ]
-            cols = [(f"success/{t}", TASK_SHORT[t]) for t in present] + [
-                ("success/macro", "macro avg"),
-                ("success/micro", "micro avg"),
-                ("invalid_rate", "invalid rate"),
-            ]
-            head = "".join(f"<th>{html.escape(c)}</th>" for _, c in cols)
-            rows = []
-            for method, rs in groups.items():
-                cells = "".join(
-                    _cell(
-                        [r.eval[model][split][mode][k] for r in rs if k in r.eval[model].get(split, {}).get(mode, {})],
-                        f"{split}/{mode}/{method}/{k}",
-                        True,
-                    )
-                    for k, _ in cols
-                )
-                rows.append(f"<tr><th>{html.escape(method)}</th><td>{len(rs)}</td>{cells}</tr>")
-            parts.append(
-                f'<h3>{html.escape(split)}, {html.escape(mode)}</h3><table class="eval" data-split="{html.escape(split)}" '
-                f'data-mode="{html.escape(mode)}"><tr><th>method</th><th>seeds</th>{head}</tr>{"".join(rows)}</table>'
+                for k, _ in cols
             )
+            rows.append(f"<tr><th>{html.escape(method)}</th><td>{len(rs)}</td>{cells}</tr>")
+        parts.append(
+            f'<h3>{html.escape(split)}, {html.escape(mode)}</h3><table class="eval" data-split="{html.escape(split)}" '
+            f'data-mode="{html.escape(mode)}"><tr><th>method</th><th>seeds</th>{head}</tr>{"".join(rows)}</table>'
+        )
     return "".join(parts)
+
+
+def _paired_table(groups: dict[str, list[Run]], model: str, baseline: str) -> str:
+    """paired_difference as a table, in percentage points: per method, split and mode the seeds paired (and those
+    left out), each paired seed's difference, and their mean ± 95% interval."""
+    e = html.escape
+    if baseline not in groups:
+        return f"<p>No paired difference: the baseline method <code>{e(baseline)}</code> is not among the runs.</p>"
+    rows = []
+    for method, splits in paired_difference(groups, model, baseline).items():
+        for split, modes in splits.items():
+            for mode, d in modes.items():
+                paired = f"paired over seeds {', '.join(map(str, d['seeds']))}" if d["seeds"] else "no seed in common"
+                left = "".join(
+                    f"; seed{'s' if len(ss) > 1 else ''} {', '.join(map(str, ss))} left out ({name} only)"
+                    for name, ss in d["left_out"].items()
+                    if ss
+                )
+                per_seed = ", ".join(f"s{s} {100 * x:+.1f}" for s, x in zip(d["seeds"], d["diffs"])) or "–"
+                rows.append(
+                    f"<tr><th>{e(method)} − {e(baseline)}</th><td>{e(split)}</td><td>{e(mode)}</td>"
+                    f'<td class="paired-seeds">{e(paired + left)}</td><td>{e(per_seed)}</td>'
+                    f"{_cell(d['diffs'], f'paired/{method}/{split}/{mode}', True)}</tr>"
+                )
+    if not rows:
+        return f"<p>No paired difference: <code>{e(baseline)}</code> is the only method.</p>"
+    return (
+        '<table class="paired"><tr><th>method − baseline</th><th>split</th><th>mode</th><th>seeds</th>'
+        f"<th>per-seed difference (points)</th><th>mean difference (points)</th></tr>{''.join(rows)}</table>"
+    )
+
+
+def _seed_table(
+    groups: dict[str, list[Run]],
+    cls: str,
+    keys: Sequence[str],
+    per_seed,
+    strip: str = "",
+    decimals: int | None = None,
+) -> str:
+    """Per method that has a value, per key the mean ± 95% interval over seeds of per_seed(rs, key) (one value
+    per seed, e.g. _update_means); `seeds` counts the seeds with a value for some key; headers lose `strip`;
+    `decimals` as in _cell."""
+    e = html.escape
+    rows = []
+    for method, rs in groups.items():
+        values = {k: per_seed(rs, k) for k in keys}
+        if not any(values.values()):
+            continue
+        cells = "".join(_cell(values[k], f"{cls}/{method}/{k}", False, decimals) for k in keys)
+        rows.append(f"<tr><th>{e(method)}</th><td>{max(map(len, values.values()))}</td>{cells}</tr>")
+    head = "".join(f"<th>{e(k.removeprefix(strip))}</th>" for k in keys)
+    return f'<table class="{cls}"><tr><th>method</th><th>seeds</th>{head}</tr>{"".join(rows)}</table>' if rows else ""
 
 
 def _opd_table(groups: dict[str, list[Run]]) -> str:
@@ -560,7 +780,7 @@ def _curve_table(groups: dict[str, list[Run]]) -> str:
         ) + "".join(
             _cell(val[method].get(ep, []), f"curves/{method}/{VAL_SUCCESS}/epoch_{ep}", True) for ep in val_epochs
         )
-        auc = _cell(_auc_values(rs), f"curves/{method}/{TRAIN_SUCCESS}/all_updates", True)
+        auc = _cell(_update_means(rs, TRAIN_SUCCESS), f"curves/{method}/{TRAIN_SUCCESS}/all_updates", True)
         rows.append(f"<tr><th>{e(method)}</th><td>{len(rs)}</td>{cells}{auc}</tr>")
     return (
         f'<table class="curves"><tr><th rowspan="2">method</th><th rowspan="2">seeds</th>{groups_head}'
@@ -584,7 +804,32 @@ def _samples(groups: dict[str, list[Run]], n: int) -> str:
     return "".join(parts) or "<p>No run has a skill corpus.</p>"
 
 
-def render(runs: list[Run], failed: list[dict] | None = None, model: str = "rl", samples: int = 3) -> str:
+def _figures(charts: list[tuple[str, str]]) -> str:
+    return "".join(f"<figure>{_img(svg, metric)}</figure>" for metric, svg in charts)
+
+
+def _credit_section(groups: dict[str, list[Run]]) -> str:
+    keys = _logged(groups, CREDIT_KEYS, "credit/")
+    if not keys:
+        return (
+            "<p>No run logged the credit probe (<code>credit/*</code> in metrics/rl_updates.json; only environments "
+            "with a solver that labels each step, such as Sokoban).</p>"
+        )
+    charts = curves(groups, [k for k in keys if k.startswith("credit/auc")], unit=True, ref=0.5)
+    return _seed_table(groups, "credit", keys, _update_means, "credit/") + _figures(charts)
+
+
+def _skills_section(groups: dict[str, list[Run]]) -> str:
+    keys = _logged(groups, SKILL_KEYS)
+    if not keys:
+        return "<p>No run logged skill statistics (<code>skills/*</code> in metrics/rl_updates.json).</p>"
+    charts = curves(groups, [k for k in SKILL_CURVES if k in keys], unit=True)
+    return _seed_table(groups, "skills", keys, _update_means, "skills/") + _figures(charts)
+
+
+def render(
+    runs: list[Run], failed: list[dict] | None = None, model: str = "rl", samples: int = 3, baseline: str = "grpo"
+) -> str:
     groups = group(runs)
     e = html.escape
     reps = {m: _no_seeds(rs[0].params) for m, rs in groups.items()}
@@ -604,9 +849,10 @@ def render(runs: list[Run], failed: list[dict] | None = None, model: str = "rl",
         f"<li>{e(str(f.get('name')))}: {e(str(f.get('status')))} — {e(str(f.get('error', '')))}</li>"
         for f in failed or []
     )
-    charts = (
-        "".join(f"<figure>{_img(svg, metric)}</figure>" for metric, svg in curves(groups))
-        or "<p>No run has metrics/rl_updates.json.</p>"
+    charts = _figures(curves(groups)) or "<p>No run has metrics/rl_updates.json.</p>"
+    wall = (
+        _seed_table(groups, "wall", (*TIME_PHASES, WALL_TOTAL), _update_sums, "time/", decimals=1)
+        or "<p>No run logged <code>time/*_s</code> in metrics/rl_updates.json.</p>"
     )
     style = (
         "body{font-family:system-ui,sans-serif;margin:2em;max-width:80em}table{border-collapse:collapse;margin:.5em 0 1.2em}"
@@ -621,6 +867,14 @@ Cells: mean over seeds ± half-width of the 95% Student-t interval (t(0.975, n�
 <h2>Success (%), no skills in the prompt</h2>
 <p>macro avg = mean over task types (the paper's Avg); micro avg = mean over games.</p>
 {_eval_tables(groups, model)}
+<h2>Paired difference against <code>{e(baseline)}</code> (final success, points)</h2>
+<p>For each seed that both a method and <code>{e(baseline)}</code> ran: the method's final held-out success minus
+<code>{e(baseline)}</code>'s for the same seed (<code>{PAIRED_METRIC}</code> of model <code>{e(model)}</code> in eval.json,
+the macro avg above), in percentage points; then the mean ± 95% t-interval over those paired seeds. The two runs of a
+seed share what the seed fixes (in a sweep: the training games and sampling seeds), so the spread of the differences is
+the one to read for the difference, rather than the two intervals above. A seed that only one of the two ran is left
+out.</p>
+{_paired_table(groups, model, baseline)}
 <h2>Learning curves</h2>
 <p>Training success: <code>{TRAIN_SUCCESS}</code> of each update's rollouts. Validation success: <code>{VAL_SUCCESS}</code>,
 greedy on the held-out panel once per epoch, plotted at the epoch's last update. Table: per epoch, each seed's mean over the
@@ -629,6 +883,31 @@ under its curve: higher for the method that learns sooner), then over seeds. Cha
 bold over a shaded 95% t-interval wherever ≥ 2 seeds have a value (clipped to the frame).</p>
 {_curve_table(groups)}{charts}
 <h2>OPD statistics (mean over updates)</h2>{_opd_table(groups)}
+<h2>Credit: do the signals single out the solver's optimal moves?</h2>
+<p>Where a solver labels every step (Sokoban), each update measures, on its own batch, how well each per-step signal
+ranks the moves the solver calls optimal above the others, as an AUC: <code>auc/&lt;signal&gt;</code> over all pairs of
+steps of the update, <code>auc_within/&lt;signal&gt;</code> only over pairs within one trajectory. AUC 0.5: the signal
+does not tell the solver's optimal moves from the others (dashed line); 1: every optimal move ranks above every other.
+Signals: <code>advantage</code>, the step advantage the update trained on (GRPO's is constant within a trajectory, so its
+within-trajectory AUC is 0.5 by construction); <code>delta</code> and <code>delta_action</code>, the step's mean Δ
+log-prob with the skill over all its tokens or its action tokens; <code>gate</code>, its mean gate.
+<code>optimal_frac</code>: the share of steps labelled optimal. Table: per seed the mean over its updates, then mean ±
+95% interval over seeds; a method without a signal (GRPO has no gate) has none. Charts: per update, each seed thin, the
+mean over seeds bold over its 95% t-band.</p>
+{_credit_section(groups)}
+<h2>Skills: do they parse, and are they true?</h2>
+<p>Per update, over the skills the analyzer wrote: <code>parse_rate</code>, the share that parsed;
+<code>consistent</code>, the share of parsed skills that make at least one claim the environment can check and no false
+one; <code>facts_true</code>, <code>outcome_true</code>, <code>move_lists_true</code>, the shares of stated counts and step
+numbers, outcomes and move lists that are true (only where the environment can check claims, such as Sokoban). Table:
+per seed the mean over its updates, then mean ± 95% interval over seeds. Charts: per update, as above.</p>
+{_skills_section(groups)}
+<h2>Wall time per run (s)</h2>
+<p>Per run, the seconds each phase of an update took, summed over its updates (<code>time/rollout_s</code>,
+<code>analysis_s</code>, <code>rescore_s</code>, <code>update_s</code> of rl_updates.json; <code>total_s</code> is their sum:
+the sampler sync, validation, evaluation and the stages before RL are not counted), then mean ± 95% interval over seeds.
+Only runs on the same kind of machine, without other jobs beside them, compare.</p>
+{wall}
 <h2>Sample skills (largest mean Δ log-prob)</h2>{_samples(groups, samples)}
 <h2>Runs</h2>
 {f'<table class="differ"><tr><th>parameter</th>{"".join(f"<th>{e(m)}</th>" for m in groups)}</tr>{diff_rows}</table>' if diff_rows else ""}
@@ -637,13 +916,15 @@ bold over a shaded 95% t-interval wherever ≥ 2 seeds have a value (clipped to 
 """
 
 
-def write_report(specs: Sequence[str], out: str | Path, model: str = "rl", samples: int = 3) -> Path:
-    """The page at `out` and, next to it with the suffix .json, learning_curve_summary for scripts."""
+def write_report(
+    specs: Sequence[str], out: str | Path, model: str = "rl", samples: int = 3, baseline: str = "grpo"
+) -> Path:
+    """The page at `out` and, next to it with the suffix .json, report_summary for scripts."""
     out = Path(out)
     summary = out.with_suffix(".json")
     if summary == out:
-        raise ReportError(f"--out {out} ends in .json, where the learning-curve numbers go; name the page *.html")
+        raise ReportError(f"--out {out} ends in .json, where the report's numbers go; name the page *.html")
     runs, failed = discover(specs)
-    atomic_write_text(out, render(runs, failed, model, samples))
-    atomic_write_text(summary, json.dumps(learning_curve_summary(group(runs)), indent=2) + "\n")
+    atomic_write_text(out, render(runs, failed, model, samples, baseline))
+    atomic_write_text(summary, json.dumps(report_summary(group(runs), model, baseline), indent=2) + "\n")
     return out

@@ -1,10 +1,13 @@
 """Comparison report: 2 methods x 2 seeds of hand-made, consistent metric files, rendered and opened in headless
-Chromium; the rendered DOM must show the means and 95% t-intervals worked out by hand below, and decoded plots."""
+Chromium; the rendered DOM must show the means and 95% t-intervals worked out by hand below, and decoded plots.
+Then the learning curves, the paired difference, the credit and skill statistics and the wall time, each on
+hand-made runs with numbers worked out by hand."""
 
 import base64
 import json
 import re
 import shutil
+import statistics
 import subprocess
 from pathlib import Path
 
@@ -21,8 +24,10 @@ from seed_core.tools.report import (
     group,
     learning_curve_summary,
     mean_ci,
+    paired_difference,
     points,
     render,
+    report_summary,
     t_quantile,
 )
 
@@ -41,6 +46,7 @@ GATE = {"seed-s0": 0.6, "seed-s1": 0.7}
 #   seed pick  2/3, 1   -> 83.3 ± 211.8   look 1, 1 -> 100.0 ± 0.0
 #   seed macro 5/6, 1   -> 91.7 ± 105.9   micro 3/4, 1   -> 87.5 ± 158.8
 #   final val success: grpo .5, .5 -> 50.0 ± 0.0; seed 2/3, 1 -> 83.3 ± 211.8; seed opd/gate_mean .6, .7 -> 0.65 ± 0.635
+#   paired macro, seed - grpo: s0 5/6 - 1/6, s1 1 - 1/3 -> 2/3 both -> 66.7 ± 0.0
 EXPECTED = {
     f"valid_seen/greedy/grpo/success/{PICK}": "50.0 ± 211.8",
     f"valid_seen/greedy/grpo/success/{LOOK}": "0.0 ± 0.0",
@@ -55,6 +61,7 @@ EXPECTED = {
     "opd/seed/val/success_rate": "83.3 ± 211.8",
     "opd/seed/opd/gate_mean": "0.65 ± 0.635",
     "opd/grpo/opd/gate_mean": "–",
+    "paired/seed/valid_seen/greedy": "66.7 ± 0.0",
 }
 
 
@@ -194,9 +201,7 @@ def test_report_renders_in_chromium(tmp_path, capsys):
     results = make_results(tmp_path)
     page = tmp_path / "report.html"
     cli.main(["report", str(results), "--out", str(page)])
-    assert (
-        capsys.readouterr().out.strip() == f"wrote {page} and {page.with_suffix('.json')} (the learning-curve numbers)"
-    )
+    assert capsys.readouterr().out.strip() == f"wrote {page} and {page.with_suffix('.json')} (its numbers)"
     source = page.read_text()
     assert 'src="http' not in source and "<link" not in source  # self-contained
     dom = rendered_dom(page, tmp_path)
@@ -220,6 +225,7 @@ def test_report_renders_in_chromium(tmp_path, capsys):
     samples = re.findall(r'<li class="skill"><b>Δ ([^<]+)</b>', dom)
     assert samples == ["+0.3000", "+0.1000"]  # seed's re-scored skills, largest Δ first; grpo has none
     assert '<th>rl.method</th><td>"grpo"</td><td>"seed"</td>' in dom  # what distinguishes the methods
+    assert '<td class="paired-seeds">paired over seeds 0, 1</td><td>s0 +66.7, s1 +66.7</td>' in dom
 
 
 # Learning curves: 3 seeds of grpo, 2 epochs x 2 updates. Training success per update, validation per epoch:
@@ -377,12 +383,189 @@ def test_cli_writes_the_summary_next_to_the_page(tmp_path, capsys):
     results = make_curves(tmp_path)
     page = tmp_path / "report.html"
     cli.main(["report", str(results), "--out", str(page)])
-    assert (
-        capsys.readouterr().out.strip() == f"wrote {page} and {page.with_suffix('.json')} (the learning-curve numbers)"
-    )
+    assert capsys.readouterr().out.strip() == f"wrote {page} and {page.with_suffix('.json')} (its numbers)"
     written = json.loads((tmp_path / "report.json").read_text())
     assert written["grpo"]["train_success_auc"] == pytest.approx([0.4375, CURVE_HW["auc"]])
-    assert written == learning_curve_summary(group(discover([str(results)])[0]))
+    groups = group(discover([str(results)])[0])
+    assert written == report_summary(groups)
+    assert {k: written["grpo"][k] for k in learning_curve_summary(groups)["grpo"]} == learning_curve_summary(groups)[
+        "grpo"
+    ]
+    # one method, no rl_updates time or credit keys: the new sections are empty, and nothing to pair with
+    assert (written["grpo"]["credit"], written["grpo"]["skills"], written["grpo"]["wall_time_s"]) == ({}, {}, {})
+    assert "paired_difference" not in written["grpo"]
     with pytest.raises(SystemExit) as e:
         cli.main(["report", str(results), "--out", str(tmp_path / "report.json")])
-    assert e.value.code == 2 and "ends in .json, where the learning-curve numbers go" in capsys.readouterr().err
+    assert e.value.code == 2 and "ends in .json, where the report's numbers go" in capsys.readouterr().err
+
+
+# Arms: grpo seeds 0, 1, 2 and seed seeds 0, 1, 3, two updates each. Per run: the final macro success on
+# valid_seen (greedy) and its rl_updates.json rows. Seeds 2 (grpo only) and 3 (seed only) have no pair.
+MACRO = {"grpo-s0": 0.2, "grpo-s1": 0.1, "grpo-s2": 0.9, "seed-s0": 0.3, "seed-s1": 0.4, "seed-s3": 0.0}
+UPDATES = {
+    "grpo-s0": {
+        "credit/auc_within/advantage": [0.5, 0.5],
+        "credit/auc/advantage": [0.6, 0.8],
+        "credit/optimal_frac": [0.25, 0.25],
+        "time/rollout_s": [10, 20],
+        "time/analysis_s": [0, 0],
+        "time/rescore_s": [1, 2],
+        "time/update_s": [30, 40],
+    },
+    "grpo-s1": {
+        "credit/auc_within/advantage": [0.5, 0.5],
+        "credit/auc/advantage": [0.6, 0.6],
+        "credit/optimal_frac": [0.25, 0.25],
+        "time/rollout_s": [12, 18],
+        "time/analysis_s": [0, 0],
+        "time/rescore_s": [2, 2],
+        "time/update_s": [35, 45],
+    },
+    "grpo-s2": {  # no analysis phase logged: the total is that of the other three
+        "credit/auc_within/advantage": [0.5, 0.5],
+        "credit/auc/advantage": [0.5, 0.5],
+        "credit/optimal_frac": [0.25, 0.25],
+        "time/rollout_s": [20, 20],
+        "time/rescore_s": [3, 3],
+        "time/update_s": [40, 40],
+    },
+    "seed-s0": {
+        "credit/auc_within/gate": [0.6, 0.8],
+        "credit/auc/gate": [0.5, 0.7],
+        "skills/parse_rate": [1.0, 0.5],
+        "skills/consistent": [0.5, 1.0],
+    },
+    "seed-s1": {
+        "credit/auc_within/gate": [0.4, 0.6],
+        "credit/auc/gate": [0.5, None],  # not logged at update 1 (no pair to compare): mean of update 0 alone
+        "skills/parse_rate": [1.0, 1.0],
+        "skills/consistent": [0.25, 0.25],
+    },
+    "seed-s3": {"skills/parse_rate": [0.5, 0.5]},  # no credit probe, no consistency check
+}
+# By hand (t(0.975, 1) = 12.706, t(0.975, 2) = 4.303):
+#   paired seed - grpo: s0 .3 - .2 = .1, s1 .4 - .1 = .3 -> mean .2, s = .1 * sqrt(2) -> ± 12.706 * .1 = 1.2706
+#   credit, per seed the mean over updates:
+#     grpo auc/advantage .7 .6 .5 -> .6 ± 4.303 * .1 / sqrt(3); auc_within/advantage .5 .5 .5 -> .5 ± 0
+#     seed auc_within/gate .7 .5 -> .6 ± 12.706 * .1; auc/gate .6 .5 -> .55 ± 12.706 * .05
+#   skills: parse_rate .75 1 .5 -> .75 ± 4.303 * .25 / sqrt(3); consistent .75 .25 -> .5 ± 12.706 * .25
+#   wall time, per run the sum over updates: rollout 30 30 40 -> 33.33 ± 4.303 * 5.7735 / sqrt(3) = 14.34;
+#     analysis 0 0 (s2 none); rescore 3 4 6; update 70 80 80; total 103 114 126 -> 114.33, s = 11.504 -> ± 28.58
+T1, T2 = 12.706, 4.303
+
+
+def flat(d: dict[str, list]) -> dict[tuple[str, int], float]:
+    """{(key, i): d[key][i]}: pytest.approx compares flat mappings only."""
+    return {(k, i): x for k, v in d.items() for i, x in enumerate(v)}
+
+
+def make_arms(root: Path) -> Path:
+    results = root / "results"
+    for name, macro in MACRO.items():
+        method, seed = name.split("-s")
+        d = results / name
+        (d / "metrics").mkdir(parents=True)
+        (d / "params.yaml").write_text(
+            yaml.safe_dump({"rl": {"method": method, "seed": int(seed), "epochs": 1, "updates_per_epoch": 2}})
+        )
+        m = {"success/macro": macro, "success/micro": macro}
+        (d / "metrics/eval.json").write_text(json.dumps({"rl": {"valid_seen": {"greedy": m}}}))
+        ups = [
+            {"update": u, "rollout/success_rate": 0.5} | {k: v[u] for k, v in UPDATES[name].items() if v[u] is not None}
+            for u in range(2)
+        ]
+        (d / "metrics/rl_updates.json").write_text(json.dumps(ups))
+    return results
+
+
+def test_paired_difference_by_hand(tmp_path):
+    groups = group(discover([str(make_arms(tmp_path))])[0])
+    d = paired_difference(groups)["seed"]["valid_seen"]["greedy"]
+    assert (d["baseline"], d["metric"], d["seeds"]) == ("grpo", "success/macro", [0, 1])  # 2 and 3 have no pair
+    assert d["diffs"] == pytest.approx([0.1, 0.3])
+    assert (d["mean"], d["ci"]) == pytest.approx((0.2, T1 * statistics.stdev([0.1, 0.3]) / 2**0.5))
+    assert d["ci"] == pytest.approx(1.2706)
+    assert d["left_out"] == {"seed": [3], "grpo": [2]}
+    assert list(paired_difference(groups)) == ["seed"]  # not the baseline against itself
+    assert report_summary(groups)["seed"]["paired_difference"]["valid_seen"]["greedy"] == d
+    assert "paired_difference" not in report_summary(groups)["grpo"]
+
+    page = render([r for rs in groups.values() for r in rs])
+    assert cells_of(page)["paired/seed/valid_seen/greedy"] == "20.0 ± 127.1"
+    assert (
+        '<td class="paired-seeds">paired over seeds 0, 1; seed 3 left out (seed only); seed 2 left out (grpo only)</td>'
+        "<td>s0 +10.0, s1 +30.0</td>"
+    ) in page
+    # another baseline: seed's seeds against grpo's, the signs flipped; a baseline that is not there: no pairing
+    flipped = paired_difference(groups, baseline="seed")["grpo"]["valid_seen"]["greedy"]
+    assert flipped["diffs"] == pytest.approx([-0.1, -0.3]) and flipped["left_out"] == {"grpo": [2], "seed": [3]}
+    assert paired_difference(groups, baseline="sdar") == {}
+    assert "the baseline method <code>sdar</code> is not among the runs" in render(
+        [r for rs in groups.values() for r in rs], baseline="sdar"
+    )
+
+
+def test_credit_and_skills_by_hand(tmp_path):
+    groups = group(discover([str(make_arms(tmp_path))])[0])
+    summary = report_summary(groups)
+    grpo, seed = summary["grpo"]["credit"], summary["seed"]["credit"]
+    assert set(grpo) == {"credit/auc_within/advantage", "credit/auc/advantage", "credit/optimal_frac"}  # no gate
+    assert grpo["credit/auc/advantage"] == pytest.approx([0.6, T2 * 0.1 / 3**0.5])
+    assert grpo["credit/auc_within/advantage"] == pytest.approx([0.5, 0.0])
+    assert grpo["credit/optimal_frac"] == pytest.approx([0.25, 0.0])
+    assert set(seed) == {"credit/auc_within/gate", "credit/auc/gate"}  # seed-s3 logged none: 2 seeds
+    assert seed["credit/auc_within/gate"] == pytest.approx([0.6, T1 * 0.1])
+    assert seed["credit/auc/gate"] == pytest.approx([0.55, T1 * 0.05])
+    assert summary["grpo"]["skills"] == {}
+    assert flat(summary["seed"]["skills"]) == pytest.approx(
+        flat({"skills/parse_rate": [0.75, T2 * 0.25 / 3**0.5], "skills/consistent": [0.5, T1 * 0.25]})
+    )
+
+    page = render([r for rs in groups.values() for r in rs])
+    cells = cells_of(page)
+    assert cells["credit/seed/credit/auc_within/gate"] == "0.6 ± 1.27"
+    assert cells["credit/seed/credit/auc/gate"] == "0.55 ± 0.635"
+    assert cells["credit/grpo/credit/auc_within/gate"] == "–"
+    assert cells["credit/grpo/credit/auc/advantage"] == f"0.6 ± {T2 * 0.1 / 3**0.5:.3g}"
+    assert cells["skills/seed/skills/consistent"] == "0.5 ± 3.18"
+    assert "skills/grpo/skills/parse_rate" not in cells  # a method with none of the keys has no row
+    # credit charts: the AUCs in CREDIT_KEYS order, each with the dashed line at 0.5 (y = 30 + .5 * 230 px);
+    # skills: parse rate and consistency; the learning-curve charts do not repeat them
+    svg = charts_of(page)
+    assert list(svg) == [
+        "rollout/success_rate",
+        "credit/auc_within/gate",
+        "credit/auc_within/advantage",
+        "credit/auc/gate",
+        "credit/auc/advantage",
+        "skills/parse_rate",
+        "skills/consistent",
+    ]
+    for key in list(svg)[1:5]:
+        assert re.search(r'<line class="ref" x1="60" x2="470" y1="145.0" y2="145.0"', svg[key]), key
+    assert 'class="ref"' not in svg["skills/consistent"]
+    assert ">seed (mean of 2)<" in svg["credit/auc_within/gate"] and ">grpo (mean" not in svg["credit/auc/gate"]
+    assert [c for c, _ in bands(svg["credit/auc_within/gate"])] == [COLORS[1]]  # seed's colour: its place in groups
+    assert ">seed (mean of 3)<" in svg["skills/parse_rate"] and ">seed (mean of 2)<" in svg["skills/consistent"]
+
+
+def test_wall_time_sums_by_hand(tmp_path):
+    groups = group(discover([str(make_arms(tmp_path))])[0])
+    wall = report_summary(groups)["grpo"]["wall_time_s"]
+    totals = [103, 114, 126]  # 30 + 0 + 3 + 70, 30 + 0 + 4 + 80, 40 + 6 + 80
+    assert flat(wall) == pytest.approx(
+        flat(
+            {
+                "time/rollout_s": [100 / 3, T2 * statistics.stdev([30, 30, 40]) / 3**0.5],
+                "time/analysis_s": [0.0, T1 * 0.0],  # grpo-s2 did not log it: 2 seeds
+                "time/rescore_s": [13 / 3, T2 * statistics.stdev([3, 4, 6]) / 3**0.5],
+                "time/update_s": [230 / 3, T2 * statistics.stdev([70, 80, 80]) / 3**0.5],
+                "time/total_s": [343 / 3, T2 * statistics.stdev(totals) / 3**0.5],
+            }
+        )
+    )
+    assert report_summary(groups)["seed"]["wall_time_s"] == {}
+    cells = cells_of(render([r for rs in groups.values() for r in rs]))
+    assert cells["wall/grpo/time/rollout_s"] == "33.3 ± 14.3"
+    assert cells["wall/grpo/time/total_s"] == "114.3 ± 28.6"
+    assert "wall/seed/time/total_s" not in cells
