@@ -29,7 +29,7 @@ CASES = {
     "unknown-method": (
         "rl",
         {"rl": {"method": "ppo"}},
-        ["`rl.method` must be one of ['grpo', 'seed', 'grpo_opsd', 'sdar'], got 'ppo'"],
+        ["`rl.method` must be one of ['grpo', 'seed', 'grpo_opsd', 'sdar', 'seed_shuffled', 'seed_oracle'], got 'ppo'"],
     ),
     "unknown-advantage": (
         "rl",
