@@ -228,9 +228,16 @@ def load_run(name: str, path: Path) -> Run:
         params,
         _json(path / "metrics/eval.json", True),
         _json(path / "metrics/rl.json", False),
-        _json(path / "metrics/rl_updates.json", False) or [],
+        _with_timings(_json(path / "metrics/rl_updates.json", False) or [], path / "metrics/time/rl_updates.json"),
         _skills(path, params),
     )
+
+
+def _with_timings(updates: list[dict], timings: Path) -> list[dict]:
+    """The rl stage writes each update's `time/*` apart (metrics/time/rl_updates.json, so DVC hashes no timing):
+    merged back into its update's entry by `update`."""
+    by_update = {t.get("update"): t for t in _json(timings, False) or []}
+    return [{**by_update.get(u.get("update"), {}), **u} for u in updates]
 
 
 def discover(specs: Sequence[str]) -> tuple[list[Run], list[dict]]:

@@ -569,3 +569,17 @@ def test_wall_time_sums_by_hand(tmp_path):
     assert cells["wall/grpo/time/rollout_s"] == "33.3 ± 14.3"
     assert cells["wall/grpo/time/total_s"] == "114.3 ± 28.6"
     assert "wall/seed/time/total_s" not in cells
+
+
+def test_timings_written_apart_are_merged_by_update(tmp_path):
+    """The rl stage writes `time/*` to metrics/time/rl_updates.json: the report reads them from there."""
+    run = tmp_path / "grpo-s0"
+    (run / "metrics/time").mkdir(parents=True)
+    (run / "params.yaml").write_text("rl:\n  seed: 0\n")
+    (run / "metrics/eval.json").write_text(json.dumps({"rl": {"valid_seen": {"greedy": {"success/macro": 0.5}}}}))
+    (run / "metrics/rl_updates.json").write_text(json.dumps([{"update": 0}, {"update": 1}]))
+    (run / "metrics/time/rl_updates.json").write_text(
+        json.dumps([{"update": 1, "time/update_s": 7.0}, {"update": 0, "time/update_s": 5.0}])
+    )
+    wall = report_summary(group(discover([str(run)])[0]))["grpo"]["wall_time_s"]
+    assert wall["time/update_s"] == [12.0, None] and wall["time/total_s"] == [12.0, None]
