@@ -248,8 +248,11 @@ def _already_ran(repo: Path, exp: dict | None, combo: Combo, params: dict) -> bo
     return ran == apply_overrides(params, combo.overrides)
 
 
-def queue(repo: Path, combos: list[Combo], log: Callable[[str], None] = print, rerun: bool = False) -> list[Combo]:
-    """Queue the combinations still to run (all of them with `rerun`); returns those queued."""
+def _still_to_run(
+    repo: Path, combos: list[Combo], log: Callable[[str], None], rerun: bool
+) -> tuple[dict[str, Any], list[Combo]]:
+    """(the workspace's params, the combinations still to run: all of them with `rerun`); an earlier experiment
+    of the name of one still to run (failed, cut off, or `rerun`) is removed."""
     existing, params = experiments(repo), yaml.safe_load((repo / "params.yaml").read_text())
     done = [] if rerun else [c.name for c in combos if _already_ran(repo, existing.get(c.name), c, params)]
     if done:
@@ -261,6 +264,12 @@ def queue(repo: Path, combos: list[Combo], log: Callable[[str], None] = print, r
         proc = _dvc(repo, "exp", "remove", *stale)
         if proc.returncode != 0:
             raise RuntimeError(f"dvc exp remove failed: {proc.stderr.strip()}")
+    return params, combos
+
+
+def queue(repo: Path, combos: list[Combo], log: Callable[[str], None] = print, rerun: bool = False) -> list[Combo]:
+    """Queue the combinations still to run (all of them with `rerun`); returns those queued."""
+    _, combos = _still_to_run(repo, combos, log, rerun)
     for c in combos:
         args = ["exp", "run", "--queue", "-n", c.name]
         for k, v in c.overrides.items():
@@ -289,14 +298,9 @@ def run_in_workspace(
     if saved["params.yaml"].exists():  # a sweep was cut off mid-run: its overrides are still in the workspace
         log("putting back params.yaml and dvc.lock as they were before a sweep run that was cut off")
         _restore(repo, saved)
-    existing, params = experiments(repo), yaml.safe_load((repo / "params.yaml").read_text())
-    done = [] if rerun else [c.name for c in combos if _already_ran(repo, existing.get(c.name), c, params)]
-    if done:
-        log(f"kept {len(done)} experiments already run on this commit with the same params: {', '.join(done)}")
+    params, combos = _still_to_run(repo, combos, log, rerun)
     failed: dict[str, Path] = {}
-    for c in (c for c in combos if c.name not in done):
-        if c.name in existing:
-            _dvc(repo, "exp", "remove", c.name)
+    for c in combos:
         for name, copy in saved.items():  # an empty copy stands for no file
             copy.write_bytes((repo / name).read_bytes() if (repo / name).exists() else b"")
         log(f"running {c.name}: " + " ".join(format_override(k, v) for k, v in c.overrides.items()))
