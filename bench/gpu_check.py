@@ -211,7 +211,7 @@ def main() -> None:
     result["full_ft"], trainer = update(cfg, tok, full, trajs, skills, device, torch.float32)
     policy = trainer.policy
     trainer.model.eval()  # as the RL stage's rollouts and re-scoring run it (no dropout, KV cache on)
-    steps = [(policy.encode_prompt(s.prompt), s.response_ids) for t in trajs for s in t.steps]
+    steps = [(policy.encoder.encode_prompt(s.prompt), s.response_ids) for t in trajs for s in t.steps]
     tokens = sum(len(p) + len(r) for p, r in steps)
     with torch.no_grad():
         t0 = time.perf_counter()

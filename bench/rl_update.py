@@ -57,7 +57,7 @@ def worker(mode: str, params_path: str, model_dir: Path, batch_path: Path) -> di
         out["metrics"] = {k: v for k, v in m.items() if k.startswith(("opd/", "skills/"))}
     else:
         skills = ["Go to the places where the object usually is first, take it, then finish the task."] * len(trajs)
-        steps = step_tokens(t.policy, trajs, skills)
+        steps = step_tokens(t.policy.encoder, trajs, skills)
         out["tokens"] = sum(len(s.teacher_ids) + len(s.response_ids) for s in steps)
         start = time.perf_counter()
         if mode == "rescore":

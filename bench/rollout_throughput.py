@@ -155,7 +155,7 @@ def engine_for(model_dir: str, policy: HFPolicy):
     from seed_core.policy.vllm import VLLMPolicy
 
     t0 = time.perf_counter()
-    engine = VLLMPolicy(model_dir, policy, dtype=policy.model.dtype, device="cpu", seed=0, max_new_tokens=256)
+    engine = VLLMPolicy(model_dir, policy.encoder, dtype=policy.model.dtype, device="cpu", seed=0, max_new_tokens=256)
     print(f"vLLM engine started in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return engine
 

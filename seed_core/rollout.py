@@ -16,7 +16,7 @@ from tqdm import tqdm
 from seed_core.config import EnvConfig, SamplingConfig
 from seed_core.envs import TASK_TYPES, GameEntry, GamePool, observation_image
 from seed_core.method.prompts import CLOSED_ACTIONS, inject_skill, parse_response, step_prompter
-from seed_core.policy import Policy
+from seed_core.policy import Sampler
 from seed_core.records import Step, Trajectory
 
 STOP = ("</action>",)
@@ -39,7 +39,7 @@ class _Episode:
 
 
 def play(
-    policy: Policy,
+    policy: Sampler,
     pool: GamePool,
     games: Sequence[GameEntry],
     *,
@@ -77,7 +77,7 @@ def play(
         images = [observation_image(env, episodes[i].observation) for i in live]
         gens = policy.generate(
             prompts,
-            **({} if images[0] is None else {"images": images}),  # a text-only Policy need not take images
+            **({} if images[0] is None else {"images": images}),  # a text-only sampler need not take images
             temperature=gen.temperature,
             top_p=gen.top_p,
             max_new_tokens=gen.max_new_tokens,

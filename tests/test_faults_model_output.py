@@ -149,7 +149,7 @@ def test_an_injection_skill_is_data_in_the_text_and_in_the_tokens(base_model_dir
     policy = tiny_policy(base_model_dir)
     tok = policy.tok
     specials = {tok.convert_tokens_to_ids(t): t for t in ("<|im_start|>", "<|im_end|>", "<|endoftext|>")}
-    plain, injected = policy.encode_full(prompt), policy.encode_full(q)
+    plain, injected = policy.encoder.encode_full(prompt), policy.encoder.encode_full(q)
     for tid, name in specials.items():
         assert injected.count(tid) == plain.count(tid), name  # no turn opened or closed by the skill
     assert plain.count(specials_id(tok, "<|im_start|>")) == 3  # system, user, assistant header

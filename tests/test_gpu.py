@@ -24,7 +24,7 @@ def test_models_are_on_the_gpu_in_every_stage(tiny_model_dir):
             assert {p.dtype for p in model.parameters()} == {torch.float32}  # master weights
         policy = HFPolicy(model, tok, batch_size=2)
         (g,) = policy.generate(["Your task is to: look."], temperature=1.0, max_new_tokens=4, seed=0)
-        lp = policy.score([policy.encode_prompt("Your task is to: look.")], [g.token_ids])[0]
+        lp = policy.score([policy.encoder.encode_prompt("Your task is to: look.")], [g.token_ids])[0]
         assert lp.device.type == "cuda" and lp.shape == (len(g.token_ids),) and torch.isfinite(lp).all()
     analyzer = checkpoint_teacher(tiny_model_dir, max_new_tokens=4, model=cfg, batch_size=2)
     assert analyzer.policy.device.type == "cuda"  # the Stage-1 and Stage-2 analyzer

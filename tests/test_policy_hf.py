@@ -44,7 +44,7 @@ def test_cut_at_stop_string_and_eos(base_model_dir):
 
 def test_scoring_gradient_flows_only_through_response(base_model_dir):
     policy = tiny_policy(base_model_dir)
-    prompt_ids = [policy.encode_prompt("hello there")]
+    prompt_ids = [policy.encoder.encode_prompt("hello there")]
     lp = policy.score(prompt_ids, [[5, 6, 7]])[0]
     assert lp.requires_grad and lp.shape == (3,)
     lp.sum().backward()

@@ -113,16 +113,16 @@ def test_shuffled_skills_move_to_the_next_game_in_order(fixed_batch):
 def test_skill_context_and_identical_response_tokens(fixed_batch, tiny_model_dir):
     trainer = trainer_for(tiny_model_dir)
     skills = ["look first", None, "take it", None]
-    steps = step_tokens(trainer.policy, fixed_batch, skills)
+    steps = step_tokens(trainer.policy.encoder, fixed_batch, skills)
     assert len(steps) == sum(t.length for t in fixed_batch)
     for s in steps:
         step = fixed_batch[s.traj].steps[s.step]
         assert s.response_ids == step.response_ids
-        assert s.prompt_ids == trainer.policy.encode_prompt(step.prompt)
+        assert s.prompt_ids == trainer.policy.encoder.encode_prompt(step.prompt)
         if skills[s.traj] is None:
             assert s.teacher_ids is None
         else:
-            assert s.teacher_ids == trainer.policy.encode_full(inject_skill(step.prompt, skills[s.traj]))
+            assert s.teacher_ids == trainer.policy.encoder.encode_full(inject_skill(step.prompt, skills[s.traj]))
             text = trainer.policy.tok.decode(s.teacher_ids)
             assert (
                 text.index("Your task is to:")

@@ -115,7 +115,7 @@ def test_make_teacher_dispatches_on_kind(alfworld_root, tiny_model_dir, tmp_path
     t = make_teacher(policy, env, model=ModelConfig(dtype="float32"), batch_size=2)
     assert isinstance(t, PolicyTeacher) and t.max_new_tokens == 7 and t.stop == ("}",)
     assert t.name == "policy:" + checkpoint_name(tiny_model_dir) and t.name.startswith(f"policy:{tiny_model_dir.name}@")
-    assert len(t.name.split("@")[1]) == 12 and t.policy.max_prompt_tokens > 100_000  # prompts are never cut
+    assert len(t.name.split("@")[1]) == 12 and t.policy.encoder.max_prompt_tokens > 100_000  # prompts are never cut
 
 
 def test_oracle_dataset_split_preview_metrics(alfworld_root, tiny_model_dir, train_manifest, tmp_path):

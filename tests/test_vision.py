@@ -151,12 +151,12 @@ def test_sampled_and_rescored_image_prompts_are_the_same_tokens_and_pixels(compo
     policy = trainer.policy
     image_token = policy.model.config.image_token_id
     texts = ["push the box left", None, "walk around it", None]
-    steps = step_tokens(policy, trajs, texts, env=trainer.params.env)
+    steps = step_tokens(policy.encoder, trajs, texts, env=trainer.params.env)
     assert len(steps) == sum(t.length for t in trajs)
     for s in steps:
         step = trajs[s.traj].steps[s.step]
         assert np.array_equal(s.image, grid_rgb(step.observation))
-        assert s.prompt_ids == policy.encode_prompt(step.prompt, s.image)
+        assert s.prompt_ids == policy.encoder.encode_prompt(step.prompt, s.image)
         assert s.prompt_ids.count(image_token) == 36  # one token per tile
         if texts[s.traj] is not None:
             assert s.teacher_ids.count(image_token) == 36 and texts[s.traj] in policy.tok.decode(s.teacher_ids)
@@ -202,7 +202,7 @@ def test_frozen_vision_stays_put_in_an_update(composite_dir):
 
 def test_the_tiny_qwen2_5_vl_generates_scores_and_updates(qwen_dir):
     trainer, trajs = played(qwen_dir)
-    steps = step_tokens(trainer.policy, trajs, [None] * len(trajs), env=trainer.params.env)
+    steps = step_tokens(trainer.policy.encoder, trajs, [None] * len(trajs), env=trainer.params.env)
     pad = trainer.policy.model.config.image_token_id
     assert all(s.prompt_ids.count(pad) == 9 for s in steps)  # 96 px -> 84 px: 6x6 patches of 14, merged 2x2
     for s, lp in zip(steps, score_steps(trainer.policy, steps, "prompt", 4096)):
@@ -263,14 +263,14 @@ def test_what_does_not_fit_is_refused_naming_the_fix(composite_dir, tiny_model_d
     policy = HFPolicy(*load(composite_dir))
     prompt = f"look: {IMAGE_MARK}"
     with pytest.raises(VisionError, match=r"image is 64x64 px.*takes 96x96.*vision.image_size"):
-        policy.encode_prompt(prompt, np.zeros((64, 64, 3), np.uint8))
+        policy.encoder.encode_prompt(prompt, np.zeros((64, 64, 3), np.uint8))
     with pytest.raises(VisionError, match=r"must be RGB.*\(96, 96\) uint8"):
-        policy.encode_prompt(prompt, np.zeros((96, 96), np.uint8))
+        policy.encoder.encode_prompt(prompt, np.zeros((96, 96), np.uint8))
     with pytest.raises(VisionError, match="exactly once.*0 times"):
-        policy.encode_prompt("no mark here", np.zeros((96, 96, 3), np.uint8))
-    policy.max_prompt_tokens = 20
+        policy.encoder.encode_prompt("no mark here", np.zeros((96, 96, 3), np.uint8))
+    policy.encoder.max_prompt_tokens = 20
     with pytest.raises(VisionError, match="over max_prompt_tokens=20.*cut the image"):
-        policy.encode_prompt(prompt, np.zeros((96, 96, 3), np.uint8))
+        policy.encoder.encode_prompt(prompt, np.zeros((96, 96, 3), np.uint8))
 
 
 def test_a_vision_model_samples_on_the_hf_backend(composite_dir):
@@ -278,4 +278,4 @@ def test_a_vision_model_samples_on_the_hf_backend(composite_dir):
     p = dataclasses.replace(p, rollout=dataclasses.replace(p.rollout, backend="vllm"))
     with pytest.warns(UserWarning, match="the vLLM backend takes no images"):
         with open_sampler(composite_dir, p, p.rollout, 0) as sampler:
-            assert isinstance(sampler, HFPolicy) and sampler.vision is not None
+            assert isinstance(sampler, HFPolicy) and sampler.encoder.vision is not None

@@ -35,7 +35,7 @@ def hf(base_model_dir):
 
 @pytest.fixture(scope="module")
 def engine(hf, base_model_dir):
-    e = VLLMPolicy(base_model_dir, hf, dtype=torch.float32, device="cpu", seed=0, max_new_tokens=64)
+    e = VLLMPolicy(base_model_dir, hf.encoder, dtype=torch.float32, device="cpu", seed=0, max_new_tokens=64)
     yield e
     e.close()
 
@@ -48,7 +48,7 @@ def sample(engine, prompts=PROMPTS, seed=0, **kw):
 def gaps(policy: HFPolicy, prompts, gens) -> torch.Tensor:
     """|sampler - trainer| log-prob of every generated token."""
     with torch.inference_mode():
-        scored = policy.score([policy.encode_prompt(p) for p in prompts], [g.token_ids for g in gens])
+        scored = policy.score([policy.encoder.encode_prompt(p) for p in prompts], [g.token_ids for g in gens])
     return torch.cat([(torch.tensor(g.logprobs) - lp).abs() for g, lp in zip(gens, scored)])
 
 

@@ -43,7 +43,7 @@ class StepTokens:
 
 
 def step_tokens(
-    policy: ChatEncoder,
+    encoder: ChatEncoder,
     trajs: Sequence[Trajectory],
     skills: Sequence[str | None],
     template: str = SKILL_BLOCK,
@@ -52,15 +52,15 @@ def step_tokens(
     """Token ids of every step's two contexts; `skills[i]` is trajectory i's skill text or None. With `env`, a step
     shows the image of its observation as it did when sampled (`env.observation`); the skill goes in as text."""
     out = []
-    cap = policy.max_prompt_tokens
+    cap = encoder.max_prompt_tokens
     for i, (traj, skill) in enumerate(zip(trajs, skills)):
         for k, s in enumerate(traj.steps):
             if not s.response_ids:
                 continue
             image = observation_image(env, s.observation) if env is not None else None
-            plain = policy.encode_prompt(s.prompt, image) if image is not None else policy.encode_full(s.prompt)
+            plain = encoder.encode_prompt(s.prompt, image) if image is not None else encoder.encode_full(s.prompt)
             cut = max(0, len(plain) - cap)
-            teacher = policy.encode_full(inject_skill(s.prompt, skill, template), image)[cut:] if skill else None
+            teacher = encoder.encode_full(inject_skill(s.prompt, skill, template), image)[cut:] if skill else None
             out.append(StepTokens(i, k, plain[cut:], teacher, list(s.response_ids), list(s.response_logprobs), image))
     return out
 

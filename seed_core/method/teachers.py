@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import httpx
 
 from seed_core.config import ModelConfig
-from seed_core.policy import Policy
+from seed_core.policy import Sampler
 from seed_core.records import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -255,12 +255,12 @@ def _retry_after(value: str | None) -> float | None:
 class PolicyTeacher:
     """A policy checkpoint as analyzer: one batched greedy `generate` call.
 
-    The Policy protocol reports no prompt lengths, so `prompt_tokens` is 0; completion tokens are counted.
+    The Sampler protocol reports no prompt lengths, so `prompt_tokens` is 0; completion tokens are counted.
     """
 
     def __init__(
         self,
-        policy: Policy,
+        policy: Sampler,
         name: str,
         max_new_tokens: int,
         temperature: float = 0.0,

@@ -47,10 +47,9 @@ from seed_core.method.rescore import StepTokens, action_token_mask, score_steps,
 from seed_core.method.skills import PARSED, analyze, consistency_metrics
 from seed_core.method.teachers import PolicyTeacher
 from seed_core.models import CHECKPOINT_ABOVE_TOKENS, freeze_vision, lora_config, use_checkpointing
-from seed_core.policy import Policy, warn_hf_only
+from seed_core.policy import Sampler, make_sampler
 from seed_core.policy.hf import HFPolicy, micro_batches
 from seed_core.policy.vision import check_observation, vision_inputs
-from seed_core.policy.vllm import VLLMPolicy
 from seed_core.records import Skill, Trajectory
 from seed_core.rollout import play, summarize
 from seed_core.runtime import peak_rss_mb
@@ -152,16 +151,8 @@ class Trainer:
         self.ref_policy = (
             HFPolicy(self.ref_model, tokenizer, max_prompt_tokens=gen.max_prompt_tokens) if self.ref_model else None
         )
-        self.sampler: Policy = self.policy
-        if gen.backend == "vllm" and self.policy.vision is not None:
-            warn_hf_only(sampler_dir)
-        elif gen.backend == "vllm":
-            if sampler_dir is None:
-                raise ValueError(
-                    "rollout.backend vllm: the trainer needs the checkpoint folder to start the engine from"
-                )
-            new_tokens = max(gen.max_new_tokens, self.cfg.analyzer_max_new_tokens)
-            self.sampler = VLLMPolicy.from_params(sampler_dir, self.policy, params, self.cfg.seed, new_tokens)
+        new_tokens = max(gen.max_new_tokens, self.cfg.analyzer_max_new_tokens)
+        self.sampler: Sampler = make_sampler(sampler_dir, params, gen, self.cfg.seed, new_tokens, learner=self.policy)
         # TIS corrects another backend's log-probs; a rank's HF copy (below) holds the learner's own weights
         self.tis = self.cfg.tis == "on" or (self.cfg.tis == "auto" and self.sampler is not self.policy)
         if distributed.active():  # a rank (of torchrun, even alone): the learner is sharded
@@ -170,8 +161,7 @@ class Trainer:
                     copy.deepcopy(model), tokenizer, batch_size=gen.batch_size, max_prompt_tokens=gen.max_prompt_tokens
                 )
             for policy in filter(None, (self.policy, self.ref_policy)):  # the reference is a unit tree of its own
-                distributed.shard(policy.scorer, policy.model)
-                policy.sharded = True
+                policy.shard()
         self.trainable = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(self.trainable, lr=self.cfg.learning_rate, weight_decay=0.0)
         self.nonfinite_in_row = 0
@@ -209,8 +199,7 @@ class Trainer:
             skills, skill_metrics = self.analyze(trajs, index)
         t["time/analysis_s"] = time.perf_counter() - t0
 
-        if isinstance(self.sampler, VLLMPolicy):
-            self.sampler.sleep()  # no-op unless vllm.sleep: the GPU is the trainer's until the sync
+        self.sampler.sleep()  # the GPU is the trainer's until the sync (vLLM with vllm.sleep; else a no-op)
 
         t0 = time.perf_counter()  # 4. re-score and 5. advantages
         batch = self.build_batch(trajs, skills)
@@ -232,10 +221,9 @@ class Trainer:
         return metrics, [c for part in distributed.gather(corpus) for c in part]
 
     def close(self) -> None:
-        """Shut down a vLLM sampler (the HF one needs nothing)."""
-        if isinstance(self.sampler, VLLMPolicy):
-            self.sampler.close()
-            self.sampler = self.policy
+        """Shut the sampler down (a vLLM engine; the HF one needs nothing)."""
+        self.sampler.close()
+        self.sampler = self.policy
 
     def sync_sampler(self) -> float:
         """Make the sampler serve the current weights (after each update and after a checkpoint loads); seconds.
@@ -243,15 +231,7 @@ class Trainer:
         if self.sampler is self.policy:
             return 0.0
         with distributed.gathered(self.policy.scorer):
-            if isinstance(self.sampler, VLLMPolicy):
-                return self.sampler.sync(self.model)
-            t0 = time.perf_counter()
-            full = dict(self.model.named_parameters())
-            with torch.no_grad():
-                for name, p in self.sampler.model.named_parameters():
-                    if p.requires_grad:
-                        p.copy_(full[name])
-            return time.perf_counter() - t0
+            return self.sampler.sync(self.model)
 
     def build_batch(self, trajs: list[Trajectory], skills: list[Skill | None]) -> Batch:
         """Steps 4 and 5: every step's tokens, its pi_old, reference and teacher log-probs, and its advantage."""
@@ -295,7 +275,7 @@ class Trainer:
     def rescore(self, trajs: list[Trajectory], skills: list[Skill | None]):
         """(steps, old, ref, teacher): every step's tokens and its pi_old, reference and teacher log-probs."""
         texts = [s.skill if s is not None and s.parse_status in PARSED else None for s in skills]
-        steps = step_tokens(self.policy, trajs, texts, env=self.params.env)
+        steps = step_tokens(self.policy.encoder, trajs, texts, env=self.params.env)
         mb = self.cfg.micro_batch_tokens
         # With one PPO epoch over a single mini-batch no optimizer step happens before a step's loss, so its
         # pi_old log-probs are the training forward's own (detached): the separate pass would repeat it.

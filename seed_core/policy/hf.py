@@ -12,12 +12,13 @@ decoder once, keeps the hidden states of the scored positions only, and projects
 chunks (each chunk under activation checkpointing when gradients are on).
 
 Vision-language models take one image per prompt (`images=`): the prompt's IMAGE_MARK becomes the model's image
-tokens (`policy.vision`) and every forward pass over it gets the same pixels.
+tokens (`policy.encoder.vision`) and every forward pass over it gets the same pixels.
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Sequence
 
 import torch
@@ -212,16 +213,17 @@ class ChatEncoder:
         return ids[-self.max_prompt_tokens :]
 
 
-class HFPolicy(ChatEncoder):
-    """The `Policy` protocol over a transformers causal LM (CPU or one GPU)."""
+class HFPolicy:
+    """A transformers causal LM (CPU or one GPU): the `Sampler` of the HF backend and the trainer's scorer."""
 
     def __init__(
         self, model, tokenizer, *, batch_size: int = 16, max_prompt_tokens: int = 2048, score_tokens: int = 8192
     ):
-        super().__init__(tokenizer, max_prompt_tokens, vision_inputs(model.config))
+        self.encoder = ChatEncoder(tokenizer, max_prompt_tokens, vision_inputs(model.config))
+        self.tok = tokenizer
         self.model = model
         self.scorer = Scorer(model)
-        self.sharded = False  # set by the Trainer of a rank that wraps `scorer` in FSDP2
+        self.sharded = False  # `shard` wraps the scorer in FSDP2: every scoring pass is then a collective
         self.batch_size = batch_size
         self.score_tokens = score_tokens  # tokens per scoring micro-batch
         self.device = next(model.parameters()).device
@@ -245,7 +247,7 @@ class HFPolicy(ChatEncoder):
         images: Sequence | None = None,
     ) -> list[Generation]:
         images = list(images) if images is not None else [None] * len(prompts)
-        encoded = [self.encode_prompt(p, im) for p, im in zip(prompts, images)]
+        encoded = [self.encoder.encode_prompt(p, im) for p, im in zip(prompts, images)]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[Generation | None] = [None] * len(prompts)
         for n, idx in enumerate(_chunks(order, self.batch_size)):
@@ -261,12 +263,12 @@ class HFPolicy(ChatEncoder):
         dtype; {} when no row has an image."""
         if all(im is None for im in images):
             return {}
-        if self.vision is None:
-            self._encode_with_image(IMAGE_MARK, images[0])  # raises the text-only model's error
+        if self.encoder.vision is None:
+            self.encoder.encode_full(IMAGE_MARK, images[0])  # raises the text-only model's error
         dtype = next(p for p in self.model.parameters() if p.is_floating_point()).dtype
         return {
             k: v.to(self.device, dtype=dtype) if v.is_floating_point() else v.to(self.device)
-            for k, v in self.vision.pixels(list(images)).items()
+            for k, v in self.encoder.vision.pixels(list(images)).items()
         }
 
     def _generate_batch(
@@ -321,14 +323,46 @@ class HFPolicy(ChatEncoder):
             text = text[:end]
         return Generation(text=text, token_ids=ids, logprobs=lps, finished=finished)
 
+    # ------------------------------------------------------------------ the rest of the Sampler protocol
+
+    def sync(self, model: torch.nn.Module) -> float:
+        """Copy `model`'s trainable weights into this policy's (a rank's private sampling copy of the learner);
+        nothing to do when `model` is this policy's own. Returns the seconds it took."""
+        if model is self.model:
+            return 0.0
+        t0 = time.perf_counter()
+        full = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                if p.requires_grad:
+                    p.copy_(full[name])
+        return time.perf_counter() - t0
+
+    def reset_cache(self) -> None:
+        """Nothing to forget: `generate` keeps no cache between calls."""
+
+    def sleep(self) -> None:
+        """Nothing to free: the weights are the trainer's own."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
     # ------------------------------------------------------------------ scoring
+
+    def shard(self) -> None:
+        """Wrap the scorer in FSDP2 over the ranks (`distributed.shard`): from now on every scoring pass is a
+        collective, run in lockstep with the other ranks."""
+        distributed.shard(self.scorer, self.model)
+        self.sharded = True
 
     def token_logprobs(
         self, prompts: Sequence[str], responses: Sequence[Sequence[int]], images: Sequence | None = None
     ) -> list[torch.Tensor]:
         images = list(images) if images is not None else [None] * len(prompts)
         with torch.inference_mode():
-            return self.score([self.encode_prompt(p, im) for p, im in zip(prompts, images)], responses, images=images)
+            return self.score(
+                [self.encoder.encode_prompt(p, im) for p, im in zip(prompts, images)], responses, images=images
+            )
 
     def score(
         self,

@@ -61,7 +61,7 @@ def trainer_weights(model: torch.nn.Module, dtype: torch.dtype) -> Iterator[tupl
 
 
 class VLLMPolicy:
-    """The `Policy` protocol over an in-process vLLM engine started from a checkpoint folder."""
+    """The `Sampler` protocol over an in-process vLLM engine started from a checkpoint folder."""
 
     def __init__(
         self,
@@ -237,6 +237,11 @@ class VLLMPolicy:
             self.llm.wake_up(tags=["kv_cache"])
         self.sleeping = False
         return time.perf_counter() - t0
+
+    def reset_cache(self) -> None:
+        """Empty the prefix cache: a pass that starts on prompts an earlier pass left cached gets log-probs that
+        differ slightly (1e-7..2e-5 here) from a fresh process's, enough to flip a sampled token."""
+        self.llm.reset_prefix_cache()
 
     def sleep(self) -> None:
         """Free the engine's GPU memory until the next `sync` (weights are discarded: the sync reloads them)."""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from seed_core.config import Params, SamplingConfig
 from seed_core.envs import GameEntry, GamePool, environment
-from seed_core.policy import Policy, open_sampler
+from seed_core.policy import Sampler, open_sampler
 from seed_core.records import publish_dir, write_json, write_jsonl
 from seed_core.rollout import play, summarize
 from seed_core.runtime import seed_everything
@@ -32,7 +32,7 @@ def average_runs(runs: Sequence[dict[str, float]]) -> dict[str, float]:
 
 
 def evaluate_model(
-    policy: Policy,
+    policy: Sampler,
     pool: GamePool,
     games: dict[str, list[GameEntry]],
     params: Params,
@@ -53,12 +53,9 @@ def evaluate_model(
         )
         for temp, seed in temps_seeds:
             seed_everything(seed)
-            # Each pass starts on an empty vLLM prefix cache. A pass that starts on prompts an earlier pass left
-            # cached gave log-probs differing by 1e-7..2e-5 between two processes of the same run, enough to
-            # flip a sampled token: the sampled rows of a trained model were then not reproducible. The HF
-            # sampler has no cache.
-            if hasattr(policy, "llm"):
-                policy.llm.reset_prefix_cache()
+            # Each pass starts on an empty prompt cache (vLLM's prefix cache): otherwise the sampled rows of a
+            # trained model were not reproducible between two processes of the same run.
+            policy.reset_cache()
             gen = SamplingConfig(
                 temperature=temp,
                 top_p=cfg.generation.top_p if temp > 0 else 1.0,

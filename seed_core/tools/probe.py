@@ -114,7 +114,7 @@ def probe_credit(trainer: Trainer, env, pool, games: list[GameEntry], group_size
     policy, mb = trainer.policy, cfg.micro_batch_tokens
     # the longest part of the probe (about 9 of every 10 minutes on 2 cores): one bar tick per scoring pass
     passes = tqdm(total=1 + len(skills), desc="credit re-scoring", unit="pass", leave=False)
-    steps = step_tokens(policy, trajs, [None] * len(trajs), env=params.env)
+    steps = step_tokens(policy.encoder, trajs, [None] * len(trajs), env=params.env)
     plain = score_steps(policy, steps, "prompt", mb)
     passes.update()
     actions = [action_token_mask(policy.tok, s.response_ids) for s in steps]
@@ -127,7 +127,7 @@ def probe_credit(trainer: Trainer, env, pool, games: list[GameEntry], group_size
         for kind in ("grpo", "gigpo")
     }
     for source, chosen in skills.items():
-        with_skill = step_tokens(policy, trajs, [_text(s) for s in chosen], env=params.env)
+        with_skill = step_tokens(policy.encoder, trajs, [_text(s) for s in chosen], env=params.env)
         teacher = score_steps(policy, with_skill, "teacher", mb)
         per_step = []
         for lp, tp, act in zip(plain, teacher, actions):
