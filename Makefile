@@ -11,7 +11,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export DVC_NO_ANALYTICS := 1
 export PREFECT_SERVER_ANALYTICS_ENABLED := false
 
-.PHONY: setup install data run test test-fast lint bench serve clean
+.PHONY: setup install data run test test-fast test-mid lint bench serve clean
 setup: install data
 
 install: $(VENV)/.installed
@@ -38,9 +38,13 @@ run: setup
 test: setup
 	$(BIN)/python -m pytest -q -ra
 
-# the everyday lane: tests/unit needs neither games nor a model (under 2 minutes)
+# the everyday lane: neither games nor a model nor a subprocess (under 2 minutes)
 test-fast: install
-	$(BIN)/python -m pytest -q -ra tests/unit
+	$(BIN)/python -m pytest -q -ra -m unit tests/unit
+
+# the middle lane: also the real model and games, in-process (no DVC, Prefect, torchrun, Ray or kill chains)
+test-mid: setup
+	$(BIN)/python -m pytest -q -ra -m "not e2e"
 
 lint: install
 	$(BIN)/ruff check .

@@ -31,6 +31,27 @@ os.environ["DVC_NO_ANALYTICS"] = "1"
 os.environ["RAY_AUTH_MODE"] = "disabled"
 
 
+def pytest_collection_modifyitems(config, items):
+    """Every test gets its lane, so each lane is one `-m`: `e2e` where a test says so (it starts processes, a DVC
+    repo, a Prefect server, a browser or a benchmark), else `unit` under tests/unit (no games, no real model, no
+    subprocess) and `integration` elsewhere (the real model and games, in this process)."""
+    for item in items:
+        if item.get_closest_marker("e2e") is None:
+            item.add_marker("unit" if item.path.parent.name == "unit" else "integration")
+
+
+@pytest.fixture(autouse=True)
+def _unit_tests_start_no_process(request, monkeypatch):
+    """Keeps the unit lane what it says: a unit test that starts a process fails and says how to move it up."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+
+    def refuse(self, args, *a, **k):
+        raise AssertionError(f"a unit test starts no process ({args!r}): mark the test @pytest.mark.e2e")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
 @pytest.fixture(scope="session")
 def alfworld_root() -> Path:
     root = Path(os.environ["ALFWORLD_DATA"])

@@ -78,6 +78,7 @@ def test_truncated_archive_is_refused_and_leaves_nothing(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["bad.tgz"]  # no staging folder left behind
 
 
+@pytest.mark.e2e
 def test_loading_a_game_leaves_the_games_folder_where_it_was(alfworld_root, tmp_path):
     # alfworld.info sets $ALFWORLD_DATA to ~/.cache/alfworld on import when it is unset; data_root() must still
     # answer .alfworld/ afterwards. A fresh interpreter, since this one may have imported alfworld already.

@@ -29,6 +29,8 @@ from seed_core.records import Skill, epoch_dir
 from seed_core.rollout import play
 from seed_core.stages.rl import run_folder_name, train, write_outputs
 
+pytestmark = pytest.mark.e2e  # torchrun ranks
+
 REPO = Path(__file__).resolve().parent.parent
 RAW = {
     "env": {"max_steps": 2, "workers": 0},

@@ -21,6 +21,8 @@ import pytest
 
 from faultsuite import intact
 
+pytestmark = pytest.mark.e2e  # subprocesses on full disks
+
 TESTS = Path(__file__).resolve().parent
 BIG = "x" * 2_000_000  # more than any free space left below
 

@@ -29,6 +29,8 @@ from faultsuite import files_containing, scan_for_secret
 from helpers import chat_endpoint, chat_reply, reply
 from repo_copy import BIN, REPO, STAGES, TINY, copy_repo, make_env, merge
 
+pytestmark = pytest.mark.e2e  # dvc repro chains killed with -9
+
 KEY_ENV = "SEED_TEACHER_API_KEY"
 KEY = "sk-planted-" + hashlib.sha256(b"seed fault suite").hexdigest()[:24]
 
@@ -142,7 +144,6 @@ def results(work: Path) -> dict[str, object]:
     return out
 
 
-@pytest.mark.slow
 @pytest.mark.fault("kill", n=4)
 @pytest.mark.fault("security", n=1)
 def test_kill_9_in_each_stage_then_repro_equals_an_uninterrupted_run(

@@ -19,6 +19,8 @@ import yaml
 
 from repo_copy import BIN, REPO, STAGES, TINY, copy_repo, make_env, merge, run, stop
 
+pytestmark = pytest.mark.e2e  # a Prefect server and deployments
+
 
 @contextmanager
 def serving(repo: Path, url: str, env: dict):
@@ -77,7 +79,6 @@ def flow_run_states(url: str, since: float) -> dict[str, list[str]]:
         return out
 
 
-@pytest.mark.slow
 def test_pipeline_deployment_end_to_end(tmp_path, alfworld_root, prefect_server):
     work = tmp_path / "repo"
     env = make_env(ALFWORLD_DATA=str(alfworld_root))

@@ -13,6 +13,8 @@ from seed_core.envs.alfworld.data import list_games, stratified_subset, write_ma
 from seed_core.envs.alfworld.env import EnvPool, RayEnvPool
 from seed_core.stages.rl import run_folder_name, train, write_outputs
 
+pytestmark = pytest.mark.e2e  # a local Ray cluster
+
 ray = pytest.importorskip("ray", reason="ray is a project dependency: run `make install`")
 
 

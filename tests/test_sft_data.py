@@ -202,6 +202,7 @@ def test_missing_api_key_is_refused_before_any_rollout(
     assert not out.exists() and not metrics.exists()
 
 
+@pytest.mark.e2e
 @pytest.mark.fault("teacher")
 def test_flow_refuses_missing_api_key_before_starting(alfworld_root, tmp_path):
     """The stage's command line exits 2 with the variable's name and no traceback, before the flow starts."""

@@ -14,6 +14,8 @@ import yaml
 from seed_core.config import ConfigError
 from seed_core.tools.sweep import apply_overrides, check_combos, format_override, load_recipe, parse_set_params
 
+pytestmark = pytest.mark.e2e  # DVC repos
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 

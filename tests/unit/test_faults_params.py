@@ -86,6 +86,7 @@ def listing(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
 
+@pytest.mark.e2e  # each case starts the stage command
 @pytest.mark.fault("params")
 @pytest.mark.parametrize("case", list(CASES))
 def test_stage_command_refuses_bad_params_before_any_work(case, tmp_path):

@@ -100,6 +100,7 @@ def _stand_in(path: Path) -> None:
         path.mkdir(parents=True)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("recipe", RECIPES, ids=_name)
 def test_dvc_accepts_the_recipe_as_params_yaml(dvc_repo, recipe):
     raw = _load(recipe)

@@ -193,6 +193,7 @@ def rendered_dom(page: Path, tmp_path: Path) -> str:
     return proc.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(
     CHROMIUM is None,
     reason="headless Chromium is not installed (Debian package `chromium`: apt-get install -y chromium)",

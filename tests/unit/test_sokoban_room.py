@@ -592,6 +592,7 @@ def test_consistency_metrics_over_a_batch_of_skills():
     assert consistency_metrics(Sokoban(), [won], [skills[-1]]) == {}
 
 
+@pytest.mark.e2e
 def test_modules_import_without_torch():
     code = "import sys, seed_core.envs.sokoban.oracle, seed_core.envs.sokoban.room; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -26,6 +26,8 @@ from seed_core.tools.lineage import (
     write_lineage,
 )
 
+pytestmark = pytest.mark.e2e  # a DVC repo
+
 REPO = Path(__file__).resolve().parents[2]
 GAMES = [
     {"game_id": "train/pick-1/trial_a", "split": "train", "task_type": "pick", "sha256": "a" * 64},

@@ -6,11 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from dvc.dependency.param import ParamsDependency
 from dvc.repo import Repo
 
 from seed_core.stages.rl import _diff  # the RL stage names changed parameters the same way
+
+pytestmark = pytest.mark.e2e  # interpreters and a DVC repo
 
 REPO = Path(__file__).resolve().parents[2]
 
