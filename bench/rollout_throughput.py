@@ -29,7 +29,7 @@ import torch  # noqa: E402
 from seed_core.config import EnvConfig, SamplingConfig  # noqa: E402
 from seed_core.envs.alfworld.data import data_root, list_games, stratified_subset, write_manifest  # noqa: E402
 from seed_core.envs.alfworld.env import AlfworldGame, EnvPool  # noqa: E402
-from seed_core.method.prompts import step_prompt  # noqa: E402
+from seed_core.envs.alfworld.prompts import step_prompt  # noqa: E402
 from seed_core.models import load_model, pick_dtype  # noqa: E402
 from seed_core.policy.hf import HFPolicy  # noqa: E402
 from seed_core.rollout import STOP, play  # noqa: E402

@@ -26,7 +26,7 @@ class ConfigError(ValueError):
     """A params file that cannot be used as written."""
 
 
-def _check(cond: bool, key: str, msg: str) -> None:
+def require(cond: bool, key: str, msg: str) -> None:
     if not cond:
         raise ConfigError(f"params: `{key}` {msg}")
 
@@ -52,7 +52,7 @@ class ModelConfig:
     passes run under bf16 autocast; full fine-tuning keeps fp32 master weights on every device."""
 
     def __post_init__(self) -> None:
-        _check(bool(self.name_or_path.strip()), "model.name_or_path", "must not be empty")
+        require(bool(self.name_or_path.strip()), "model.name_or_path", "must not be empty")
 
 
 @dataclass(frozen=True)
@@ -68,24 +68,14 @@ class PrepareConfig:
     valid_unseen_games: int = 12
     """Games from valid_unseen (the 'unseen' evaluation); -1 takes all 134."""
 
-    def __post_init__(self) -> None:
-        for k, cap in (("train_games", 3553), ("valid_seen_games", 140), ("valid_unseen_games", 134)):
-            v = getattr(self, k)
-            _check(v == -1 or 1 <= v <= cap, f"prepare.{k}", f"must be -1 (whole split) or 1..{cap}, got {v}")
-        _check(0 <= self.warmup_games <= 3553, "prepare.warmup_games", f"must be 0..3553, got {self.warmup_games}")
-        if self.train_games != -1:
-            _check(
-                self.train_games + self.warmup_games <= 3553,
-                "prepare.warmup_games",
-                "plus prepare.train_games must fit in the 3553 training games (they are disjoint)",
-            )
+    # The sizes of a game's splits are the game's to check (`Environment.check_params`).
 
 
 @dataclass(frozen=True)
 class EnvConfig:
-    name: Literal["alfworld", "sokoban"] = "alfworld"
-    """The environment: `alfworld` (real ALFWorld games from data.alfworld_data) or `sokoban` (rooms generated
-    from seeds, gym-sokoban's rules)."""
+    name: str = "alfworld"
+    """The game, one of `envs.GAMES`: `alfworld` (real ALFWorld games from data.alfworld_data) or `sokoban` (rooms
+    generated from seeds, gym-sokoban's rules)."""
     sokoban_dim: tuple[int, ...] = (6, 6)
     """Sokoban room size [rows, cols], walls included (verl-agent: 6x6)."""
     sokoban_boxes: int = 1
@@ -112,28 +102,10 @@ class EnvConfig:
     image is redrawn from it when sampled, re-scored or trained on."""
 
     def __post_init__(self) -> None:
-        _check(self.max_steps >= 1, "env.max_steps", f"must be >= 1, got {self.max_steps}")
-        _check(
-            self.observation == "text" or self.name == "sokoban",
-            "env.observation",
-            f"is {self.observation!r}, but only Sokoban renders images; set it to text for env.name {self.name!r}",
-        )
-        if self.name == "sokoban":
-            from seed_core.envs.sokoban.room import GenerationError, check_room_params  # numpy only
-
-            try:
-                check_room_params(self.sokoban_dim, self.sokoban_boxes)
-            except GenerationError as e:  # its message names the key and what fits
-                raise ConfigError(str(e)) from None
-        _check(self.history_length >= 0, "env.history_length", f"must be >= 0, got {self.history_length}")
-        _check(self.invalid_penalty >= 0, "env.invalid_penalty", "must be >= 0 (it is subtracted)")
-        _check(self.workers >= 0, "env.workers", f"must be >= 0, got {self.workers}")
-        _check(
-            self.hosts == "local" or (self.name == "alfworld" and self.workers >= 1),
-            "env.hosts",
-            f"is ray, which hosts ALFWorld's workers (env.workers >= 1); got env.name {self.name!r} with "
-            f"env.workers {self.workers}",
-        )
+        require(self.max_steps >= 1, "env.max_steps", f"must be >= 1, got {self.max_steps}")
+        require(self.history_length >= 0, "env.history_length", f"must be >= 0, got {self.history_length}")
+        require(self.invalid_penalty >= 0, "env.invalid_penalty", "must be >= 0 (it is subtracted)")
+        require(self.workers >= 0, "env.workers", f"must be >= 0, got {self.workers}")
 
 
 @dataclass(frozen=True)
@@ -153,10 +125,10 @@ class SamplingConfig:
     and the update always run on the trainer's own forward pass; prompts reach both as the same token ids."""
 
     def __post_init__(self) -> None:
-        _check(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
-        _check(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
-        _check(self.max_new_tokens >= 1, "max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
-        _check(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.temperature >= 0, "temperature", f"must be >= 0, got {self.temperature}")
+        require(0 < self.top_p <= 1, "top_p", f"must be in (0, 1], got {self.top_p}")
+        require(self.max_new_tokens >= 1, "max_new_tokens", f"must be >= 1, got {self.max_new_tokens}")
+        require(self.batch_size >= 1, "batch_size", f"must be >= 1, got {self.batch_size}")
 
 
 @dataclass(frozen=True)
@@ -174,8 +146,8 @@ class VLLMConfig:
     vLLM's default compilation."""
 
     def __post_init__(self) -> None:
-        _check(0 < self.memory_fraction <= 1, "vllm.memory_fraction", f"must be in (0, 1], got {self.memory_fraction}")
-        _check(self.kv_cache_gb > 0, "vllm.kv_cache_gb", f"must be > 0, got {self.kv_cache_gb}")
+        require(0 < self.memory_fraction <= 1, "vllm.memory_fraction", f"must be in (0, 1], got {self.memory_fraction}")
+        require(self.kv_cache_gb > 0, "vllm.kv_cache_gb", f"must be > 0, got {self.kv_cache_gb}")
 
 
 @dataclass(frozen=True)
@@ -199,9 +171,9 @@ class VisionConfig:
     false freezes the vision parts). The perception SFT always trains them."""
 
     def __post_init__(self) -> None:
-        _check(self.image_size >= 16 and self.image_size % 16 == 0, "vision.image_size", "must be a multiple of 16")
-        _check(self.layers >= 1, "vision.layers", f"must be >= 1, got {self.layers}")
-        _check(
+        require(self.image_size >= 16 and self.image_size % 16 == 0, "vision.image_size", "must be a multiple of 16")
+        require(self.layers >= 1, "vision.layers", f"must be >= 1, got {self.layers}")
+        require(
             self.heads >= 1 and self.hidden_size % self.heads == 0,
             "vision.heads",
             f"must divide vision.hidden_size={self.hidden_size}, got {self.heads}",
@@ -241,12 +213,12 @@ class WarmupConfig:
     is then the base model). The vision encoder always trains here, whatever `vision.trainable` says."""
 
     def __post_init__(self) -> None:
-        _check(self.epochs > 0, "warmup.epochs", f"must be > 0, got {self.epochs}")
-        _check(self.off_path_states >= 0, "warmup.off_path_states", f"must be >= 0, got {self.off_path_states}")
-        _check(self.perception_epochs >= 0, "warmup.perception_epochs", f"must be >= 0, got {self.perception_epochs}")
-        _check(self.learning_rate > 0, "warmup.learning_rate", f"must be > 0, got {self.learning_rate}")
-        _check(self.batch_size >= 1, "warmup.batch_size", f"must be >= 1, got {self.batch_size}")
-        _check(self.lora_r >= 1, "warmup.lora_r", f"must be >= 1, got {self.lora_r}")
+        require(self.epochs > 0, "warmup.epochs", f"must be > 0, got {self.epochs}")
+        require(self.off_path_states >= 0, "warmup.off_path_states", f"must be >= 0, got {self.off_path_states}")
+        require(self.perception_epochs >= 0, "warmup.perception_epochs", f"must be >= 0, got {self.perception_epochs}")
+        require(self.learning_rate > 0, "warmup.learning_rate", f"must be > 0, got {self.learning_rate}")
+        require(self.batch_size >= 1, "warmup.batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.lora_r >= 1, "warmup.lora_r", f"must be >= 1, got {self.lora_r}")
 
 
 @dataclass(frozen=True)
@@ -267,14 +239,14 @@ class EvaluateConfig:
     policy: what learning to write skills cost its acting."""
 
     def __post_init__(self) -> None:
-        _check(len(self.modes) >= 1, "evaluate.modes", "must list at least one of ['greedy', 'sampled']")
-        _check(
+        require(len(self.modes) >= 1, "evaluate.modes", "must list at least one of ['greedy', 'sampled']")
+        require(
             len(self.models) >= 1,
             "evaluate.models",
             "must list at least one of ['base', 'perception', 'warmup', 'analyzer', 'rl']",
         )
-        _check(self.sampled_runs >= 1, "evaluate.sampled_runs", f"must be >= 1, got {self.sampled_runs}")
-        _check(self.temperature > 0, "evaluate.temperature", "must be > 0 (use mode `greedy` for T=0)")
+        require(self.sampled_runs >= 1, "evaluate.sampled_runs", f"must be >= 1, got {self.sampled_runs}")
+        require(self.temperature > 0, "evaluate.temperature", "must be > 0 (use mode `greedy` for T=0)")
 
 
 @dataclass(frozen=True)
@@ -316,19 +288,19 @@ class TeacherConfig:
 
     def __post_init__(self) -> None:
         if self.kind == "openai":
-            _check(bool(self.model), "teacher.model", "must name the endpoint's model when teacher.kind is openai")
-            _check(
+            require(bool(self.model), "teacher.model", "must name the endpoint's model when teacher.kind is openai")
+            require(
                 self.api_key_env.isidentifier(),
                 "teacher.api_key_env",
                 "must be an environment variable NAME, not a key",
             )
-        _check(
+        require(
             self.oracle_max_chars is None or self.oracle_max_chars >= 40,
             "teacher.oracle_max_chars",
             f"must be null or >= 40, got {self.oracle_max_chars}",
         )
-        _check(self.concurrency >= 1, "teacher.concurrency", f"must be >= 1, got {self.concurrency}")
-        _check(self.max_retries >= 0, "teacher.max_retries", f"must be >= 0, got {self.max_retries}")
+        require(self.concurrency >= 1, "teacher.concurrency", f"must be >= 1, got {self.concurrency}")
+        require(self.max_retries >= 0, "teacher.max_retries", f"must be >= 0, got {self.max_retries}")
 
 
 @dataclass(frozen=True)
@@ -345,9 +317,9 @@ class SFTDataConfig:
     """Skills longer than this are truncated and counted."""
 
     def __post_init__(self) -> None:
-        _check(self.games >= 1, "build_sft_data.games", f"must be >= 1, got {self.games}")
-        _check(self.samples >= 1, "build_sft_data.samples", f"must be >= 1, got {self.samples}")
-        _check(0 < self.validation_fraction < 1, "build_sft_data.validation_fraction", "must be in (0, 1)")
+        require(self.games >= 1, "build_sft_data.games", f"must be >= 1, got {self.games}")
+        require(self.samples >= 1, "build_sft_data.samples", f"must be >= 1, got {self.samples}")
+        require(0 < self.validation_fraction < 1, "build_sft_data.validation_fraction", "must be in (0, 1)")
 
 
 @dataclass(frozen=True)
@@ -374,10 +346,12 @@ class AnalyzerSFTConfig:
     skills alone answered every step prompt with skill text (RL invalid rate 1.0)."""
 
     def __post_init__(self) -> None:
-        _check(self.epochs > 0, "train_analyzer.epochs", f"must be > 0, got {self.epochs}")
-        _check(self.rehearsal_games >= 0, "train_analyzer.rehearsal_games", f"must be >= 0, got {self.rehearsal_games}")
-        _check(self.learning_rate > 0, "train_analyzer.learning_rate", f"must be > 0, got {self.learning_rate}")
-        _check(
+        require(self.epochs > 0, "train_analyzer.epochs", f"must be > 0, got {self.epochs}")
+        require(
+            self.rehearsal_games >= 0, "train_analyzer.rehearsal_games", f"must be >= 0, got {self.rehearsal_games}"
+        )
+        require(self.learning_rate > 0, "train_analyzer.learning_rate", f"must be > 0, got {self.learning_rate}")
+        require(
             self.lora_r is None or self.lora_r >= 1,
             "train_analyzer.lora_r",
             "must be >= 1, or null for full fine-tuning",
@@ -483,23 +457,23 @@ class RLConfig:
 
     def __post_init__(self) -> None:
         for k in ("epochs", "updates_per_epoch", "games_per_update", "group_size", "ppo_epochs", "mini_batch_steps"):
-            _check(getattr(self, k) >= 1, f"rl.{k}", f"must be >= 1, got {getattr(self, k)}")
-        _check(self.learning_rate > 0, "rl.learning_rate", "must be > 0")
-        _check(self.lora_r is None or self.lora_r >= 1, "rl.lora_r", "must be >= 1, or null for full fine-tuning")
-        _check(0 < self.clip_eps < 1, "rl.clip_eps", f"must be in (0, 1), got {self.clip_eps}")
-        _check(self.dual_clip_c is None or self.dual_clip_c > 1, "rl.dual_clip_c", "must be > 1, or null to disable")
-        _check(self.opd_lambda >= 0 and self.opd_beta >= 0, "rl.opd_lambda", "and rl.opd_beta must be >= 0")
-        _check(0 <= self.gigpo_gamma <= 1, "rl.gigpo_gamma", "must be in [0, 1]")
-        _check(self.max_nonfinite_in_row >= 1, "rl.max_nonfinite_in_row", "must be >= 1")
-        _check(self.tis_cap >= 1, "rl.tis_cap", f"must be >= 1, got {self.tis_cap}")
-        _check(self.entropy_coef == 0, "rl.entropy_coef", "must be 0 (the paper's value; entropies are not computed)")
-        _check(self.world_size >= 1, "rl.world_size", f"must be >= 1, got {self.world_size}")
-        _check(
+            require(getattr(self, k) >= 1, f"rl.{k}", f"must be >= 1, got {getattr(self, k)}")
+        require(self.learning_rate > 0, "rl.learning_rate", "must be > 0")
+        require(self.lora_r is None or self.lora_r >= 1, "rl.lora_r", "must be >= 1, or null for full fine-tuning")
+        require(0 < self.clip_eps < 1, "rl.clip_eps", f"must be in (0, 1), got {self.clip_eps}")
+        require(self.dual_clip_c is None or self.dual_clip_c > 1, "rl.dual_clip_c", "must be > 1, or null to disable")
+        require(self.opd_lambda >= 0 and self.opd_beta >= 0, "rl.opd_lambda", "and rl.opd_beta must be >= 0")
+        require(0 <= self.gigpo_gamma <= 1, "rl.gigpo_gamma", "must be in [0, 1]")
+        require(self.max_nonfinite_in_row >= 1, "rl.max_nonfinite_in_row", "must be >= 1")
+        require(self.tis_cap >= 1, "rl.tis_cap", f"must be >= 1, got {self.tis_cap}")
+        require(self.entropy_coef == 0, "rl.entropy_coef", "must be 0 (the paper's value; entropies are not computed)")
+        require(self.world_size >= 1, "rl.world_size", f"must be >= 1, got {self.world_size}")
+        require(
             self.launcher != "local" or self.world_size == 1,
             "rl.world_size",
             f"is {self.world_size}, but rl.launcher local trains in one process; set rl.launcher: torchrun or ray",
         )
-        _check(
+        require(
             self.world_size <= self.games_per_update,
             "rl.world_size",
             f"is {self.world_size}, more than rl.games_per_update ({self.games_per_update}): every rank plays whole "
@@ -538,32 +512,18 @@ class Params:
     """Stage 2: SEED or a baseline."""
 
     def __post_init__(self) -> None:
-        if self.vision.composite and self.env.name == "sokoban":
-            rows, cols = self.env.sokoban_dim
-            fits = 16 * rows
-            _check(
-                rows == cols and self.vision.image_size == fits,
-                "vision.image_size",
-                f"is {self.vision.image_size}, but a {rows}x{cols} room renders at 16 px per tile as "
-                f"{16 * rows}x{16 * cols}; the composite needs a square room and image_size {fits if rows == cols else '16 x side'}",
-            )
-        _check(
-            self.teacher.oracle_claims == "solver" or self.env.name == "sokoban",
-            "teacher.oracle_claims",
-            f"is {self.teacher.oracle_claims!r}, but only Sokoban's oracle separates what an episode shows from what "
-            f"its solver knows (env.name is {self.env.name!r}); set teacher.oracle_claims: solver",
-        )
-        _check(
+        from seed_core.envs import game  # numpy at most: a game's module imports its heavy parts lazily
+
+        try:
+            cls = game(self.env.name)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        require(
             self.rl.oracle_max_chars is None or self.rl.oracle_max_chars >= 40,
             "rl.oracle_max_chars",
             f"is {self.rl.oracle_max_chars}: the oracle needs at least 40 characters for one sentence (null: no budget)",
         )
-        _check(
-            self.rl.oracle_claims == "solver" or self.env.name == "sokoban",
-            "rl.oracle_claims",
-            f"is {self.rl.oracle_claims!r}, but only Sokoban's oracle can leave its solver out (env.name is "
-            f"{self.env.name!r}); set rl.oracle_claims: solver",
-        )
+        cls.check_params(self)  # what only the game knows: its split sizes, its keys, what it renders
 
 
 # ---------------------------------------------------------------- loading
@@ -577,11 +537,11 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     """Check `value` against the annotation `tp`, building nested dataclasses; refuse anything else."""
     origin = typing.get_origin(tp)
     if dataclasses.is_dataclass(tp):
-        _check(isinstance(value, dict), key, f"must be a mapping of {sorted(f.name for f in dataclasses.fields(tp))}")
+        require(isinstance(value, dict), key, f"must be a mapping of {sorted(f.name for f in dataclasses.fields(tp))}")
         return _build(tp, value, key)
     if origin is Literal:
         allowed = typing.get_args(tp)
-        _check(value in allowed, key, f"must be one of {list(allowed)}, got {value!r}")
+        require(value in allowed, key, f"must be one of {list(allowed)}, got {value!r}")
         return value
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(tp)
@@ -598,16 +558,18 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         raise ConfigError(errors[0] if errors else f"params: `{key}` has an unsupported value {value!r}")
     if origin is tuple:
         (item_tp, _) = typing.get_args(tp)
-        _check(isinstance(value, (list, tuple)), key, f"must be a list, got {value!r}")
+        require(isinstance(value, (list, tuple)), key, f"must be a list, got {value!r}")
         return tuple(_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value))
     if tp is float:
-        _check(isinstance(value, (int, float)) and not isinstance(value, bool), key, f"must be a number, got {value!r}")
+        require(
+            isinstance(value, (int, float)) and not isinstance(value, bool), key, f"must be a number, got {value!r}"
+        )
         return float(value)
     if tp is int:
-        _check(isinstance(value, int) and not isinstance(value, bool), key, f"must be an integer, got {value!r}")
+        require(isinstance(value, int) and not isinstance(value, bool), key, f"must be an integer, got {value!r}")
         return value
     if tp in (str, bool):
-        _check(isinstance(value, tp), key, f"must be a {_type_name(tp)}, got {value!r}")
+        require(isinstance(value, tp), key, f"must be a {_type_name(tp)}, got {value!r}")
         return value
     raise TypeError(f"config annotation {tp!r} for {key} is not supported")
 

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from tqdm import tqdm
 
 from seed_core.config import EnvConfig, SamplingConfig
-from seed_core.envs import TASK_TYPES, GameEntry, GamePool, observation_image
-from seed_core.method.prompts import CLOSED_ACTIONS, inject_skill, parse_response, step_prompter
+from seed_core.envs import GameEntry, GamePool, game, task_columns
+from seed_core.method.prompts import inject_skill
 from seed_core.policy import Sampler
 from seed_core.records import Step, Trajectory
+from seed_core.turns import parse_response
 
 STOP = ("</action>",)
 
@@ -61,20 +62,20 @@ def play(
     for ep, s in zip(episodes, pool.reset([e.game.game_id for e in episodes])):
         ep.task, ep.observation, ep.actions = s.task, s.observation, tuple(s.admissible_actions)
 
-    step_prompt, closed = step_prompter(env), CLOSED_ACTIONS[env.name]
+    rules = game(env.name)  # its step prompt, action set and renderer
     bar = tqdm(total=env.max_steps, desc=f"rollout {tag}", unit="step", disable=not progress, leave=False)
     for t in range(env.max_steps):
         live = [i for i, ep in enumerate(episodes) if not ep.done]
         if not live:
             break
         prompts = [
-            step_prompt(ep.task, ep.observation, list(ep.actions), ep.history, env.history_length)
+            rules.step_prompt(env, ep.task, ep.observation, list(ep.actions), ep.history)
             for ep in (episodes[i] for i in live)
         ]
         if skill is not None:
             hints = [skill(episodes[i].game, episodes[i].observation) for i in live]
             prompts = [p if h is None else inject_skill(p, h) for p, h in zip(prompts, hints)]
-        images = [observation_image(env, episodes[i].observation) for i in live]
+        images = [rules.render(env, episodes[i].observation) for i in live]
         gens = policy.generate(
             prompts,
             **({} if images[0] is None else {"images": images}),  # a text-only sampler need not take images
@@ -84,9 +85,13 @@ def play(
             stop=STOP,
             seed=seed * 10_007 + t,
         )
-        parsed = [parse_response(g.text, episodes[i].actions if closed else None) for i, g in zip(live, gens)]
+        parsed = [
+            parse_response(g.text, episodes[i].actions if rules.closed_actions else None) for i, g in zip(live, gens)
+        ]
         # An invalid response to a closed action set is a no-op (the empty action); ALFWorld answers any text.
-        results = pool.step({i: action if valid or not closed else "" for i, (action, valid) in zip(live, parsed)})
+        results = pool.step(
+            {i: action if valid or not rules.closed_actions else "" for i, (action, valid) in zip(live, parsed)}
+        )
         for i, prompt, g, (action, valid) in zip(live, prompts, gens, parsed):
             ep, new = episodes[i], results[i]
             last = new.won or t == env.max_steps - 1
@@ -136,7 +141,8 @@ def summarize(trajs: Sequence[Trajectory]) -> dict[str, float]:
         raise ValueError("no trajectories to summarize")
     out: dict[str, float] = {}
     per_type = []
-    for t in TASK_TYPES:
+    known = list(task_columns())
+    for t in known + sorted({tr.task_type for tr in trajs} - set(known)):
         won = [tr.won for tr in trajs if tr.task_type == t]
         if won:
             out[f"success/{t}"] = sum(won) / len(won)

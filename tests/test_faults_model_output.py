@@ -11,10 +11,12 @@ from helpers import tiny_policy
 from seed_core.config import EnvConfig, SamplingConfig
 from seed_core.envs.alfworld.data import list_games, stratified_subset, write_manifest
 from seed_core.envs.alfworld.env import EnvPool
-from seed_core.method.prompts import SKILL_BLOCK, TASK_LINE_PREFIX, inject_skill, step_prompt
+from seed_core.envs.alfworld.prompts import step_prompt
+from seed_core.method.prompts import SKILL_BLOCK, inject_skill
 from seed_core.policy import Generation
 from seed_core.records import Trajectory, read_jsonl, write_jsonl
 from seed_core.rollout import play
+from seed_core.turns import TASK_LINE_PREFIX
 
 MAX_NEW_TOKENS = 64
 INJECTION = (

@@ -16,9 +16,10 @@ import pytest
 
 from seed_core.envs.alfworld.data import list_games, task_type_of
 from seed_core.envs.alfworld.oracle import OracleTeacher, kind_of
-from seed_core.method.prompts import parse_response, step_prompt
+from seed_core.envs.alfworld.prompts import step_prompt
 from seed_core.method.skills import analyze, analyzer_prompt, parse_skill, prompt_hash
 from seed_core.records import Step, Trajectory
+from seed_core.turns import parse_response
 
 # The cool game's object starts in a closed microwave, so its route includes an `open`.
 TASK_TYPES = (

@@ -292,7 +292,7 @@ def test_credit_probe_on_episodes_the_solver_labels(tiny_model_dir, tmp_path):
 def test_uplift_probe_puts_the_solvers_plan_in_the_prompt(tiny_model_dir, tmp_path):
     """A policy that follows a plan only when the prompt's skill block holds one: the plain prompt and every
     episode-level skill leave it at its plain success; the per-step plan hint wins every room."""
-    from seed_core.method.prompts import SOKOBAN_PLAN_HINT as PLAN_HINT
+    from seed_core.envs.sokoban.prompts import SOKOBAN_PLAN_HINT as PLAN_HINT
     from seed_core.tools.probe import probe_uplift
 
     trainer, env, games = probe_setup(tiny_model_dir, tmp_path)

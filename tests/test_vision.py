@@ -13,15 +13,15 @@ from helpers import tiny_qwen_vl
 from seed_core.config import ConfigError, VisionConfig, params_from_dict
 from seed_core.envs import GameEntry, observation_image
 from seed_core.envs.sokoban.env import Sokoban, SokobanPool
+from seed_core.envs.sokoban.prompts import PERCEPTION_PROMPT
 from seed_core.envs.sokoban.room import generate_room, grid_rgb
-from seed_core.method.prompts import IMAGE_MARK, PERCEPTION_PROMPT
 from seed_core.method.rescore import score_steps, step_tokens
 from seed_core.method.update import Trainer
 from seed_core.models import build_composite, lora_config, vision_modules
 from seed_core.models import load_model as load
 from seed_core.policy import open_sampler
 from seed_core.policy.hf import HFPolicy
-from seed_core.policy.vision import VisionError
+from seed_core.policy.vision import IMAGE_MARK, VisionError
 from seed_core.records import Skill
 from seed_core.rollout import play
 from seed_core.sft import train_sft

@@ -10,7 +10,7 @@ import torch
 
 from seed_core.config import params_from_dict
 from seed_core.envs.alfworld.data import list_games, stratified_subset, write_manifest
-from seed_core.method.prompts import step_prompt
+from seed_core.envs.alfworld.prompts import step_prompt
 from seed_core.models import load_model
 from seed_core.policy.hf import HFPolicy
 from seed_core.policy.vllm import SyncError, VLLMPolicy, trainer_weights

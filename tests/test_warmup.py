@@ -8,9 +8,10 @@ import pytest
 
 from seed_core.config import EnvConfig, params_from_dict
 from seed_core.envs.alfworld.data import GameEntry, list_games, task_type_of
-from seed_core.envs.alfworld.expert import completion, expert_examples, think_texts
-from seed_core.method.prompts import parse_response, step_prompt
+from seed_core.envs.alfworld.expert import expert_examples, think_texts
+from seed_core.envs.alfworld.prompts import step_prompt
 from seed_core.stages.warmup import run_warmup, split_eval
+from seed_core.turns import completion, parse_response
 
 
 def test_think_texts_follow_the_plan():

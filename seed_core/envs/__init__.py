@@ -1,38 +1,33 @@
-"""Environments behind one protocol: a pool of games, reset by game id and stepped with action strings.
+"""Games behind one protocol: a pool of games, reset by game id and stepped with action strings.
 
 Stages and the method see only what is here: `GameEntry` (a manifest line), `EnvState` (what the agent
-observes), `GamePool` (many games stepped together), `Environment` (manifests, pools, expert steps and the
-oracle teacher of one environment) and `environment(params)`, the one place that picks it by `env.name`.
-ALFWorld lives in `envs/alfworld/` (real game files), Sokoban in `envs/sokoban/` (rooms from seeds).
+observes), `GamePool` (many games stepped together), `Environment` (everything one game owns: its task types,
+step prompt, action set, renderer, manifests, pools, expert steps, oracle teacher and solver, its parameter
+checks) and `GAMES`, the registry `env.name` picks from. ALFWorld lives in `envs/alfworld/` (real game files),
+Sokoban in `envs/sokoban/` (rooms from seeds). Adding a game: a package under `envs/` with a class that satisfies
+`Environment`, one line in `GAMES`, a recipe. A game imports nothing of the method layer but the teacher protocol
+its oracle implements (`method/teachers.py`).
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from seed_core.config import EnvConfig, Params, PrepareConfig
     from seed_core.records import Skill, Trajectory
 
-TASK_SHORT = {
-    "pick_and_place_simple": "pick",
-    "look_at_obj_in_light": "look",
-    "pick_clean_then_place_in_recep": "clean",
-    "pick_heat_then_place_in_recep": "heat",
-    "pick_cool_then_place_in_recep": "cool",
-    "pick_two_obj_and_place": "pick2",
-    "sokoban": "sokoban",
+GAMES: dict[str, str | type[Environment]] = {
+    "alfworld": "seed_core.envs.alfworld:Alfworld",
+    "sokoban": "seed_core.envs.sokoban.env:Sokoban",
 }
-"""Every environment's task types in table order, with their column names (ALFWorld's are the paper's)."""
-TASK_TYPES = tuple(TASK_SHORT)
-ENV_TASK_TYPES = {"alfworld": TASK_TYPES[:6], "sokoban": ("sokoban",)}
-
-
-def table_task_types(keys) -> list[str]:
-    """The task-type columns for results with metric `keys`: every type of each environment that has one."""
-    return [t for types in ENV_TASK_TYPES.values() if any(f"success/{t}" in keys for t in types) for t in types]
+"""`env.name` -> its `Environment` class, or "module:Class" imported on first use (a run imports only its game)."""
 
 
 @dataclass(frozen=True)
@@ -69,9 +64,42 @@ class GamePool(Protocol):
 
 
 class Environment(Protocol):
-    """What the stages need from one environment; `environment(params)` returns the configured one."""
+    """Everything one game owns. `environment(params)` returns the configured one; the class-level facts serve
+    callers that hold only `env` (an EnvConfig): `game(env.name).step_prompt(...)`."""
 
-    name: str
+    name: ClassVar[str]
+    task_types: ClassVar[dict[str, str]]
+    """Its task types in table order, each with its column name in results tables (ALFWorld's are the paper's)."""
+    closed_actions: ClassVar[bool]
+    """Whether a well-formatted response must also name an admissible action to be valid: verl-agent counts an
+    unknown Sokoban move as invalid (and plays a no-op), while ALFWorld answers an inadmissible command itself."""
+
+    @classmethod
+    def check_params(cls, params: Params) -> None:
+        """Refuse parameters this game cannot run (`config.ConfigError` naming the key and the fix), before any work:
+        the sizes of its splits, its own `env.*` keys, what it cannot render or leave out."""
+        ...
+
+    @classmethod
+    def from_params(cls, params: Params) -> Environment:
+        """The game as `params` configure it."""
+        ...
+
+    @staticmethod
+    def step_prompt(
+        env: EnvConfig, task: str, observation: str, actions: list[str], history: list[tuple[str, str]]
+    ) -> str:
+        """The user message of one step: `history` holds every (observation, action) pair so far, oldest first
+        (the prompt shows the last `env.history_length`). It must hold one line `turns.TASK_LINE_PREFIX + task`:
+        SEED's skill block goes after it."""
+        ...
+
+    @staticmethod
+    def render(env: EnvConfig, observation: str) -> np.ndarray | None:
+        """The image the agent sees with `observation` under `env.observation` ((H, W, 3) uint8), or None for text:
+        steps store the observation text and the image is redrawn from it whenever it is sampled, scored or
+        trained on."""
+        ...
 
     def write_manifests(self, cfg: PrepareConfig, manifest_dir: Path) -> dict[str, int]:
         """Check the game source, write train/warmup/valid_seen/valid_unseen manifests; games per manifest."""
@@ -106,30 +134,44 @@ class Environment(Protocol):
         """Names a good skill for `traj` should mention (ALFWorld: where the target object starts)."""
         ...
 
+    def perception_examples(self, entries: list[GameEntry], env: EnvConfig, progress: bool = True) -> list[dict]:
+        """The perception warm-up's examples of a game with images: {"prompt" (with its IMAGE_MARK), "completion",
+        "game_id", "step", "observation"} (the image is `render(env, observation)`)."""
+        ...
+
     def source(self) -> dict[str, str]:
         """External inputs for the lineage (where the games come from)."""
         ...
 
 
-def observation_image(env: EnvConfig, observation: str):
-    """The image the agent sees with `observation` under `env.observation` ((H, W, 3) uint8), or None for text:
-    steps store the grid text and the image is redrawn from it whenever it is sampled, scored or trained on."""
-    if env.observation == "text":
-        return None
-    from seed_core.envs.sokoban.room import grid_rgb
-
-    return grid_rgb(observation)
+def game(name: str) -> type[Environment]:
+    """The `Environment` class registered as `name` in `GAMES`."""
+    if name not in GAMES:
+        raise ValueError(f"params: `env.name` is {name!r}; allowed: {sorted(GAMES)}")
+    entry = GAMES[name]
+    if isinstance(entry, str):
+        module, _, cls = entry.partition(":")
+        entry = GAMES[name] = getattr(importlib.import_module(module), cls)
+    return entry
 
 
 def environment(params: Params) -> Environment:
-    """The environment named by `env.name`."""
-    name = params.env.name
-    if name == "alfworld":
-        from seed_core.envs.alfworld import Alfworld
+    """The game `env.name` names, as `params` configure it."""
+    return game(params.env.name).from_params(params)
 
-        return Alfworld(params.data.alfworld_data, params.env.hosts, params.env.ray_address)
-    if name == "sokoban":
-        from seed_core.envs.sokoban.env import Sokoban
 
-        return Sokoban(tuple(params.env.sokoban_dim), params.env.sokoban_boxes)
-    raise ValueError(f"params: `env.name` is {name!r}; allowed: ['alfworld', 'sokoban']")
+def observation_image(env: EnvConfig, observation: str):
+    """`render` of the game `env.name` names: the image the agent sees with `observation`, or None for text."""
+    return game(env.name).render(env, observation)
+
+
+def task_columns() -> dict[str, str]:
+    """Every registered game's task types in table order, each with its column name."""
+    return {t: short for name in GAMES for t, short in game(name).task_types.items()}
+
+
+def table_task_types(keys: Iterable[str]) -> list[str]:
+    """The task-type columns for results with metric `keys`: every type of each game that has one."""
+    keys = set(keys)
+    groups = [list(game(name).task_types) for name in GAMES]
+    return [t for types in groups if any(f"success/{t}" in keys for t in types) for t in types]

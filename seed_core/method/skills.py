@@ -343,34 +343,3 @@ def consistency_metrics(env, trajectories: Sequence[Trajectory], skills: Sequenc
     if facts := sum(c.facts for c in checks):
         out["skills/facts_true"] = sum(c.facts_true for c in checks) / facts
     return out
-
-
-# ---------------------------------------------------------------- oracle answers
-
-
-def _fit(parts: Sequence[str], max_chars: int | None) -> str:
-    """The parts (most important first) joined by spaces, keeping each one that still fits in `max_chars`; the
-    first is always kept."""
-    kept = [parts[0]]
-    for part in parts[1:]:
-        if max_chars is None or len(" ".join([*kept, part])) <= max_chars:
-            kept.append(part)
-    return " ".join(kept)
-
-
-def budgeted_answer(summary: Sequence[str], skill: Sequence[str], max_chars: int | None) -> dict[str, str]:
-    """An oracle's answer from sentences in priority order: the skill keeps whole sentences while they fit in
-    `max_chars`, the summary (context for a reader, never injected) in half of it; None: no limit."""
-    return {"episode_summary": _fit(summary, max_chars and max_chars // 2), "episode_skill": _fit(skill, max_chars)}
-
-
-def oracle_answers(oracle, trajectories: Sequence[Trajectory]) -> list[TeacherAnswer]:
-    """`oracle.analyze_trajectory` of each trajectory as TeacherAnswers, counted in `oracle.stats`: 0 prompt tokens
-    (no model reads anything) and a whitespace word count as completion tokens."""
-    answers = []
-    for traj in trajectories:
-        text = oracle.analyze_trajectory(traj)
-        answers.append(TeacherAnswer(text, prompt_tokens=0, completion_tokens=len(text.split())))
-    oracle.stats.calls += len(answers)
-    oracle.stats.completion_tokens += sum(a.completion_tokens for a in answers)
-    return answers

@@ -30,7 +30,7 @@ import httpx
 
 from seed_core.config import ModelConfig
 from seed_core.policy import Sampler
-from seed_core.records import atomic_write_text
+from seed_core.records import Trajectory, atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -322,3 +322,34 @@ def checkpoint_teacher(
     weights, tok = load_for(model_path, model)
     policy = HFPolicy(weights, tok, batch_size=batch_size, max_prompt_tokens=NO_PROMPT_CAP)
     return PolicyTeacher(policy, f"policy:{checkpoint_name(model_path)}", max_new_tokens, stop=ANALYZER_STOP)
+
+
+# ---------------------------------------------------------------- oracle answers (what the games' oracle teachers share)
+
+
+def _fit(parts: Sequence[str], max_chars: int | None) -> str:
+    """The parts (most important first) joined by spaces, keeping each one that still fits in `max_chars`; the
+    first is always kept."""
+    kept = [parts[0]]
+    for part in parts[1:]:
+        if max_chars is None or len(" ".join([*kept, part])) <= max_chars:
+            kept.append(part)
+    return " ".join(kept)
+
+
+def budgeted_answer(summary: Sequence[str], skill: Sequence[str], max_chars: int | None) -> dict[str, str]:
+    """An oracle's answer from sentences in priority order: the skill keeps whole sentences while they fit in
+    `max_chars`, the summary (context for a reader, never injected) in half of it; None: no limit."""
+    return {"episode_summary": _fit(summary, max_chars and max_chars // 2), "episode_skill": _fit(skill, max_chars)}
+
+
+def oracle_answers(oracle, trajectories: Sequence[Trajectory]) -> list[TeacherAnswer]:
+    """`oracle.analyze_trajectory` of each trajectory as TeacherAnswers, counted in `oracle.stats`: 0 prompt tokens
+    (no model reads anything) and a whitespace word count as completion tokens."""
+    answers = []
+    for traj in trajectories:
+        text = oracle.analyze_trajectory(traj)
+        answers.append(TeacherAnswer(text, prompt_tokens=0, completion_tokens=len(text.split())))
+    oracle.stats.calls += len(answers)
+    oracle.stats.completion_tokens += sum(a.completion_tokens for a in answers)
+    return answers

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 
 from seed_core.config import Params
-from seed_core.envs import TASK_SHORT, table_task_types
+from seed_core.envs import table_task_types, task_columns
 from seed_core.records import DataError, atomic_write_text, write_json
 
 
@@ -23,7 +23,7 @@ def markdown_table(results: dict[str, dict[str, dict[str, dict[str, float]]]]) -
         "model",
         "split",
         "mode",
-        *[TASK_SHORT[t] for t in types],
+        *[task_columns()[t] for t in types],
         "macro avg",
         "micro avg",
         "invalid rate",

@@ -30,12 +30,12 @@ from pathlib import Path
 
 from seed_core.config import Params
 from seed_core.envs import environment, observation_image
-from seed_core.method.prompts import SOKOBAN_TASK, inject_skill, parse_response
+from seed_core.method.prompts import inject_skill
 from seed_core.method.skills import parse_skill
 from seed_core.models import load_for, resolve_device
 from seed_core.policy import is_vision_dir
 from seed_core.policy.vision import check_observation
-from seed_core.records import Step, Trajectory, publish_dir, write_metrics
+from seed_core.records import publish_dir, write_metrics
 
 EVAL_GAMES = 2
 """Warm-up games whose steps are held out for the eval loss (not trained on); a WarmupConfig field candidate."""
@@ -59,7 +59,7 @@ def with_skill_hints(examples: list[dict], kinds: tuple[str, ...], env, params: 
         by_game: dict[str, list[dict]] = {}
         for x in examples:
             by_game.setdefault(x["game_id"], []).append(x)
-        trajs = [expert_trajectory(game, steps) for game, steps in by_game.items()]
+        trajs = [env.expert_trajectory(game, steps) for game, steps in by_game.items()]
         answers = env.oracle(params.teacher.oracle_max_chars).complete_trajectories(trajs)
         episode = {t.game_id: parse_skill(a.text).skill for t, a in zip(trajs, answers)}
     out = list(examples)
@@ -83,16 +83,6 @@ def with_off_path_states(examples: list[dict], entries, per_room: int, env, para
     games = {x["game_id"] for x in examples}
     mine = [e for e in entries if e.game_id in games]
     return examples + env.off_path_examples(mine, params.env, per_room, params.warmup.seed)
-
-
-def expert_trajectory(game_id: str, steps: list[dict]) -> Trajectory:
-    """The won episode that the expert steps of one game (in order) make, as the oracle reads trajectories."""
-    actions = [parse_response(x["completion"])[0] for x in sorted(steps, key=lambda x: x["step"])]
-    return Trajectory(
-        traj_id=f"expert:{game_id}", game_id=game_id, split="train", task_type="sokoban", task=SOKOBAN_TASK,
-        group_id=f"expert:{game_id}", sample_idx=0, won=True, episode_return=0.0, length=len(actions),
-        invalid_count=0, steps=[Step("", [], "", a, [], [], a, True, 0.0, "") for a in actions],
-    )  # fmt: skip
 
 
 def link_model(src: Path, out_dir: Path) -> None:

@@ -56,21 +56,22 @@ def cmd_play(args: argparse.Namespace) -> None:
     """A human plays one game in the terminal, seeing exactly the prompt the model sees."""
     import dataclasses
 
-    from seed_core.envs import environment
-    from seed_core.method.prompts import CLOSED_ACTIONS, parse_response, step_prompter
+    from seed_core.envs import GAMES, environment, game
+    from seed_core.turns import parse_response
 
     params = load_params(args.params)
     game_id = args.game_id
-    if game_id.startswith("sokoban:"):  # a room by seed, with the configured (or default) room size
-        params = dataclasses.replace(params, env=dataclasses.replace(params.env, name="sokoban"))
-        game_id = game_id.partition(":")[2]
+    if game_id.partition(":")[0] in GAMES:  # GAME:ID, a game by its own id (a Sokoban room by seed), as configured
+        name, _, game_id = game_id.partition(":")
+        params = dataclasses.replace(params, env=dataclasses.replace(params.env, name=name))
     elif args.data_dir:
         params = dataclasses.replace(params, data=dataclasses.replace(params.data, alfworld_data=args.data_dir))
     env = environment(params)
     if ":" in game_id:  # a manifest index like valid_seen:3
         split, _, idx = game_id.partition(":")
         game_id = env.read_manifest(REPO / "data/manifests" / f"{split}.json")[int(idx or 0)].game_id
-    step_prompt, closed = step_prompter(params.env), CLOSED_ACTIONS[env.name]
+    rules = game(env.name)
+    closed = rules.closed_actions
     with env.open_pool(0) as pool:
         state = pool.reset([game_id])[0]
         history: list[tuple[str, str]] = []
@@ -78,9 +79,7 @@ def cmd_play(args: argparse.Namespace) -> None:
             f"{env.name} game {game_id}; type an action, its number, or a full <think>/<action> response; ctrl-d quits\n"
         )
         for t in range(params.env.max_steps):
-            prompt = step_prompt(
-                state.task, state.observation, state.admissible_actions, history, params.env.history_length
-            )
+            prompt = rules.step_prompt(params.env, state.task, state.observation, state.admissible_actions, history)
             print("-" * 80 + "\n" + prompt + "\n")
             for i, a in enumerate(state.admissible_actions):
                 print(f"  {i:2d}. {a}")
@@ -304,8 +303,8 @@ def build_parser() -> argparse.ArgumentParser:
         "play",
         help="play a game yourself with the model's prompt (ALFWorld or Sokoban)",
         description="GAME_ID is a game id from a manifest (e.g. valid_seen/pick_and_place_simple-.../trial_...), "
-        "SPLIT:INDEX into data/manifests/SPLIT.json (e.g. valid_seen:0), or sokoban:SEED for the Sokoban room of "
-        "that seed (room size and boxes from env.sokoban_dim / env.sokoban_boxes).",
+        "SPLIT:INDEX into data/manifests/SPLIT.json (e.g. valid_seen:0), or GAME:ID for any game by its own id, "
+        "configured as params say (e.g. sokoban:SEED, the Sokoban room of that seed).",
     )
     pl.add_argument("game_id")
     pl.add_argument("--params", default="params.yaml")

@@ -46,7 +46,6 @@ from seed_core.config import Params
 from seed_core.envs import GameEntry, environment
 from seed_core.envs.sokoban.room import ACTIONS, room_from_text, step_labels
 from seed_core.method import credit, losses
-from seed_core.method.prompts import parse_response
 from seed_core.method.rescore import action_token_mask, score_steps, step_tokens
 from seed_core.method.skills import PARSED, analyze, consistency_metrics, shuffled_skills
 from seed_core.method.update import DeltaStats, Trainer, step_advantages, step_delta_means
@@ -54,6 +53,7 @@ from seed_core.models import load_for
 from seed_core.records import Skill, Trajectory, atomic_write_text, write_json
 from seed_core.rollout import play
 from seed_core.runtime import seed_everything
+from seed_core.turns import parse_response
 
 RANDOM_RUNS = 200
 MOVE_STATES = 3

@@ -83,7 +83,7 @@ from typing import Any
 import yaml
 
 from seed_core.config import RLConfig
-from seed_core.envs import TASK_SHORT, TASK_TYPES
+from seed_core.envs import task_columns
 from seed_core.records import atomic_write_text
 from seed_core.tools import corpus
 
@@ -654,10 +654,10 @@ def _eval_tables(groups: dict[str, list[Run]], model: str) -> str:
     for split, mode in _splits_modes(groups, model):
         present = [
             t
-            for t in TASK_TYPES
+            for t in task_columns()
             if any(_final(r, model, split, mode, f"success/{t}") is not None for rs in groups.values() for r in rs)
         ]
-        cols = [(f"success/{t}", TASK_SHORT[t]) for t in present] + [
+        cols = [(f"success/{t}", task_columns()[t]) for t in present] + [
             ("success/macro", "macro avg"),
             ("success/micro", "micro avg"),
             ("invalid_rate", "invalid rate"),

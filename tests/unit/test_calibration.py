@@ -9,8 +9,9 @@ from seed_core.config import ConfigError, params_from_dict
 from seed_core.envs import GameEntry
 from seed_core.envs.sokoban.env import Sokoban
 from seed_core.envs.sokoban.room import generate_room, room_from_text, solve
-from seed_core.method.prompts import SKILL_BLOCK, parse_response
+from seed_core.method.prompts import SKILL_BLOCK
 from seed_core.stages.warmup import with_off_path_states, with_skill_hints
+from seed_core.turns import parse_response
 
 PARAMS = params_from_dict({"env": {"name": "sokoban", "max_steps": 15}, "teacher": {"oracle_max_chars": 300}})
 

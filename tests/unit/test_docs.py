@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from seed_core.config import Params, to_dict
+from seed_core.config import METHODS, Params, to_dict
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = (REPO / "ARCHITECTURE.md").read_text()
@@ -191,6 +191,8 @@ def resolves(token: str) -> bool:
     first, members = rest[0], rest[1:]
     if module is not None and first not in MODULES[module]:
         return False
+    if module is None and not members:  # a bare name: defined anywhere, a class member, or a method's name
+        return any(first in names for names in (*MODULES.values(), *CLASSES.values())) or first in METHODS
     if module is None and not any(first in names for names in MODULES.values()):
         return False
     return not members or (first in CLASSES and members[0] in CLASSES[first])

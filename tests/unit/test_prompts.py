@@ -1,6 +1,8 @@
 import pytest
 
-from seed_core.method.prompts import inject_skill, parse_response, step_prompt
+from seed_core.envs.alfworld.prompts import step_prompt
+from seed_core.method.prompts import inject_skill
+from seed_core.turns import parse_response
 
 
 @pytest.mark.parametrize(

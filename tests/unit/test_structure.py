@@ -19,6 +19,9 @@ NOT_RESULTS = {
 }
 
 
+REGISTERED = re.compile(r"seed_core(\.\w+)+:\w+")
+
+
 def module_file(module: str) -> Path | None:
     """The file of a `seed_core...` module (a .py file or a package's __init__.py), or None."""
     base = REPO / module.replace(".", "/")
@@ -38,6 +41,8 @@ def imports(path: Path) -> frozenset[Path]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and REGISTERED.fullmatch(node.value):
+            names = [node.value.partition(":")[0]]  # a registry entry ("module:Class", `envs.GAMES`) imported on use
         else:
             continue
         for name in names:
@@ -114,6 +119,26 @@ def test_imports_point_down(path):
     }.get(part, ("stages", "tools") if part.endswith(".py") else ())
     bad = sorted(m for m in seed_core_imports(path) if m.split(".")[:2][-1] in above and m.startswith("seed_core."))
     assert not bad, f"{rel(path)} imports {bad}; see ARCHITECTURE.md for the import rules"
+
+
+GAME_PACKAGES = sorted(p.parent.name for p in (REPO / "seed_core/envs").glob("*/__init__.py"))
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "seed_core").rglob("*.py")), ids=rel)
+def test_games_and_the_method_meet_only_at_the_protocols(path):
+    """A game imports nothing of the method layer but the teacher protocol its oracle implements; nothing outside
+    a game's own package imports it (`envs.game` finds it by `env.name`), tools and tests aside."""
+    where = rel(path)
+    mods = {m for m in seed_core_imports(path) if m.startswith("seed_core.")}
+    if where.startswith("seed_core/envs/") and where.count("/") == 3:  # inside a game's package
+        bad = sorted(
+            m for m in mods if m.startswith("seed_core.method") and not m.startswith("seed_core.method.teachers")
+        )
+        assert not bad, f"{where} imports {bad}: a game imports only the teacher protocol of the method layer"
+    elif not where.startswith("seed_core/tools/"):
+        own = {f"seed_core.envs.{g}" for g in GAME_PACKAGES}
+        bad = sorted(m for m in mods if any(m == g or m.startswith(g + ".") for g in own))
+        assert not bad, f"{where} imports the game module(s) {bad}: reach a game through `envs.game(env.name)`"
 
 
 def test_layout_matches_stage_names():

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from seed_core.envs import GameEntry
+from seed_core.envs.alfworld.data import EXPECTED_COUNTS, TASK_TYPES
 
 
 class Alfworld:
@@ -12,6 +13,65 @@ class Alfworld:
     `.alfworld/`)."""
 
     name = "alfworld"
+    task_types = dict(zip(TASK_TYPES, ("pick", "look", "clean", "heat", "cool", "pick2")))  # the paper's columns
+    closed_actions = False  # the game answers an inadmissible command itself ("Nothing happens.")
+
+    @classmethod
+    def check_params(cls, params) -> None:
+        from seed_core.config import require
+
+        prep, env = params.prepare, params.env
+        for k, split in (
+            ("train_games", "train"),
+            ("valid_seen_games", "valid_seen"),
+            ("valid_unseen_games", "valid_unseen"),
+        ):
+            v, cap = getattr(prep, k), EXPECTED_COUNTS[split]
+            require(v == -1 or 1 <= v <= cap, f"prepare.{k}", f"must be -1 (whole split) or 1..{cap}, got {v}")
+        train = EXPECTED_COUNTS["train"]
+        require(0 <= prep.warmup_games <= train, "prepare.warmup_games", f"must be 0..{train}, got {prep.warmup_games}")
+        if prep.train_games != -1:
+            require(
+                prep.train_games + prep.warmup_games <= train,
+                "prepare.warmup_games",
+                f"plus prepare.train_games must fit in the {train} training games (they are disjoint)",
+            )
+        require(
+            env.observation == "text",
+            "env.observation",
+            f"is {env.observation!r}, but only Sokoban renders images; set it to text for env.name {env.name!r}",
+        )
+        require(
+            env.hosts == "local" or env.workers >= 1,
+            "env.hosts",
+            f"is ray, which hosts ALFWorld's workers (env.workers >= 1); got env.name {env.name!r} with "
+            f"env.workers {env.workers}",
+        )
+        for key, claims in (
+            ("teacher.oracle_claims", params.teacher.oracle_claims),
+            ("rl.oracle_claims", params.rl.oracle_claims),
+        ):
+            require(
+                claims == "solver",
+                key,
+                f"is {claims!r}, but only Sokoban's oracle separates what an episode shows from what its solver knows "
+                f"(env.name is {env.name!r}); set {key}: solver",
+            )
+
+    @classmethod
+    def from_params(cls, params) -> Alfworld:
+        return cls(params.data.alfworld_data, params.env.hosts, params.env.ray_address)
+
+    @staticmethod
+    def step_prompt(env, task: str, observation: str, actions: list[str], history: list[tuple[str, str]]) -> str:
+        from seed_core.envs.alfworld.prompts import step_prompt
+
+        return step_prompt(task, observation, actions, history, env.history_length)
+
+    @staticmethod
+    def render(env, observation: str) -> None:
+        """ALFWorld is text only (`check_params` refuses an image view)."""
+        return None
 
     def __init__(self, configured_root: str | None = None, hosts: str = "local", ray_address: str | None = None):
         from seed_core.envs.alfworld.data import data_root
@@ -78,6 +138,9 @@ class Alfworld:
         self._facts_oracle = self._facts_oracle or self.oracle()
         facts = self._facts_oracle.game_facts(traj.game_id, traj.task_type)
         return sorted({r for _, r in facts.instances_of(facts.target)})
+
+    def perception_examples(self, entries, env, progress: bool = True) -> list[dict]:
+        raise ValueError("ALFWorld shows no images: there is nothing for a perception warm-up to learn")
 
     def source(self) -> dict[str, str]:
         return {"alfworld_data": str(self.root)}

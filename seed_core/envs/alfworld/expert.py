@@ -18,7 +18,8 @@ from seed_core.config import EnvConfig
 from seed_core.envs import EnvState, GameEntry
 from seed_core.envs.alfworld.data import game_path
 from seed_core.envs.alfworld.env import EnvPool
-from seed_core.method.prompts import parse_response, step_prompt
+from seed_core.envs.alfworld.prompts import step_prompt
+from seed_core.turns import completion, parse_response
 
 REPLAY_CHUNK = 32
 """Games replayed per environment pool; a pool keeps every game it loaded, so chunks bound the memory."""
@@ -74,10 +75,6 @@ def think_texts(walkthrough: list[str]) -> list[str]:
             goal = a
         out.append(f"I need to {goal}.")
     return out
-
-
-def completion(think: str, action: str) -> str:
-    return f"<think>{think}</think>\n<action>{action}</action>"
 
 
 @dataclass

@@ -41,8 +41,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from seed_core.envs.alfworld.data import DataError, game_path, how_to_install, import_alfworld
-from seed_core.method.skills import budgeted_answer, oracle_answers
-from seed_core.method.teachers import TeacherAnswer, TeacherStats
+from seed_core.method.teachers import TeacherAnswer, TeacherStats, budgeted_answer, oracle_answers
 from seed_core.records import Step, Trajectory
 
 NOTHING = "Nothing happens."

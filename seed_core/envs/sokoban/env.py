@@ -18,9 +18,20 @@ from pathlib import Path
 from tqdm import tqdm
 
 from seed_core.envs import EnvState, GameEntry
-from seed_core.envs.sokoban.room import ACTIONS, Room, generate_room, room_from_text, solve, step_labels
-from seed_core.method.prompts import PERCEPTION_PROMPT, SOKOBAN_PLAN_HINT, SOKOBAN_TASK, sokoban_step_prompt
-from seed_core.records import DataError, write_json
+from seed_core.envs.sokoban.prompts import PERCEPTION_PROMPT, SOKOBAN_PLAN_HINT, SOKOBAN_TASK, sokoban_step_prompt
+from seed_core.envs.sokoban.room import (
+    ACTIONS,
+    GenerationError,
+    Room,
+    check_room_params,
+    generate_room,
+    grid_rgb,
+    room_from_text,
+    solve,
+    step_labels,
+)
+from seed_core.records import DataError, Step, Trajectory, write_json
+from seed_core.turns import completion, parse_response
 
 TRAIN_SEEDS = range(0, 1_000_000)
 EVAL_SEEDS = range(1_000_000, 2_000_000)
@@ -45,10 +56,6 @@ def think_text(room: Room, action: str) -> str:
     if (r + dr, c + dc) in room.boxes:
         return f"The box is {action} of me; pushing it {action} brings it closer to a target."
     return f"I walk {action} to get behind a box, on the side away from its target."
-
-
-def completion(think: str, action: str) -> str:
-    return f"<think>{think}</think>\n<action>{action}</action>"
 
 
 def step_example(game_id: str, room: Room, action: str, history: list[tuple[str, str]], env) -> dict:
@@ -106,6 +113,47 @@ class Sokoban:
     """The `Environment` of Sokoban rooms of size `dim` with `num_boxes` boxes."""
 
     name = "sokoban"
+    task_types = {TASK_TYPE: TASK_TYPE}
+    closed_actions = True  # verl-agent counts an unknown move as invalid and plays a no-op
+
+    @classmethod
+    def check_params(cls, params) -> None:
+        from seed_core.config import ConfigError, require
+
+        env = params.env
+        try:
+            check_room_params(env.sokoban_dim, env.sokoban_boxes)
+        except GenerationError as e:  # its message names the key and what fits
+            raise ConfigError(str(e)) from None
+        if params.vision.composite:
+            rows, cols = env.sokoban_dim
+            fits = 16 * rows
+            require(
+                rows == cols and params.vision.image_size == fits,
+                "vision.image_size",
+                f"is {params.vision.image_size}, but a {rows}x{cols} room renders at 16 px per tile as "
+                f"{16 * rows}x{16 * cols}; the composite needs a square room and image_size "
+                f"{fits if rows == cols else '16 x side'}",
+            )
+        require(
+            env.hosts == "local",
+            "env.hosts",
+            f"is ray, which hosts ALFWorld's workers (env.workers >= 1); got env.name {env.name!r} with "
+            f"env.workers {env.workers}",
+        )
+
+    @classmethod
+    def from_params(cls, params) -> Sokoban:
+        return cls(tuple(params.env.sokoban_dim), params.env.sokoban_boxes)
+
+    @staticmethod
+    def step_prompt(env, task: str, observation: str, actions: list[str], history: list[tuple[str, str]]) -> str:
+        return sokoban_step_prompt(task, observation, actions, history, env.history_length, env.observation)
+
+    @staticmethod
+    def render(env, observation: str):
+        """The room's 16-px-per-tile rendering under an image view (`room.grid_rgb`); None under `text`."""
+        return None if env.observation == "text" else grid_rgb(observation)
 
     def __init__(self, dim: tuple[int, int] = (6, 6), num_boxes: int = 1):
         self.dim, self.num_boxes = tuple(dim), num_boxes
@@ -253,6 +301,16 @@ class Sokoban:
         (SOKOBAN_PLAN_HINT); None when the room is won or lost."""
         plan = solve(room_from_text(observation))
         return SOKOBAN_PLAN_HINT.format(plan=", ".join(plan)) if plan else None
+
+    @staticmethod
+    def expert_trajectory(game_id: str, steps: list[dict]) -> Trajectory:
+        """The won episode that the expert steps of one room (in order) make, as the oracle reads trajectories."""
+        actions = [parse_response(x["completion"])[0] for x in sorted(steps, key=lambda x: x["step"])]
+        return Trajectory(
+            traj_id=f"expert:{game_id}", game_id=game_id, split="train", task_type=TASK_TYPE, task=SOKOBAN_TASK,
+            group_id=f"expert:{game_id}", sample_idx=0, won=True, episode_return=0.0, length=len(actions),
+            invalid_count=0, steps=[Step("", [], "", a, [], [], a, True, 0.0, "") for a in actions],
+        )  # fmt: skip
 
     def oracle(self, max_chars: int | None = None, claims: str = "solver"):
         from seed_core.envs.sokoban.oracle import SokobanOracleTeacher

@@ -32,8 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from seed_core.envs.sokoban.room import ACTIONS, TARGET, WALL, Cell, Room, generate_room, search
-from seed_core.method.skills import budgeted_answer, oracle_answers
-from seed_core.method.teachers import TeacherAnswer, TeacherStats
+from seed_core.method.teachers import TeacherAnswer, TeacherStats, budgeted_answer, oracle_answers
 from seed_core.records import DataError, Trajectory
 
 # What an answer may state (teacher.oracle_claims): `solver` adds the solver's facts (the shortest plan from the
