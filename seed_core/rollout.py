@@ -18,6 +18,7 @@ from seed_core.envs import GameEntry, GamePool, game, task_columns
 from seed_core.method.prompts import inject_skill
 from seed_core.policy import Sampler
 from seed_core.records import Step, Trajectory
+from seed_core.runtime import derive_seed
 from seed_core.turns import parse_response
 
 STOP = ("</action>",)
@@ -83,7 +84,7 @@ def play(
             top_p=gen.top_p,
             max_new_tokens=gen.max_new_tokens,
             stop=STOP,
-            seed=seed * 10_007 + t,
+            seed=derive_seed(seed, t, stride=10_007),
         )
         parsed = [
             parse_response(g.text, episodes[i].actions if rules.closed_actions else None) for i, g in zip(live, gens)

@@ -6,15 +6,24 @@ import os
 import random
 import resource
 
-import numpy as np
-import torch
-
 
 def seed_everything(seed: int) -> None:
     """The one seeding function: Python, NumPy and torch (CPU and CUDA) from one stage seed."""
+    import numpy as np
+    import torch
+
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def derive_seed(base: int, *keys: int, stride: int) -> int:
+    """The seed of one random stream, from a stage seed `base` and the stream's position `keys` (outermost first):
+    base * stride + keys[0], times stride plus keys[1], and so on. Each stream has its own `stride` (a prime, or the
+    count of what the key enumerates), so two streams at equal keys draw differently."""
+    for key in keys:
+        base = base * stride + key
+    return base
 
 
 def peak_rss_mb() -> float:

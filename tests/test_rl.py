@@ -189,7 +189,7 @@ def test_on_policy_update_skips_the_old_logp_pass_and_trains_the_same(fixed_batc
     for b in (batch, stored):
         trainer.model.train()
         trainer.opt.zero_grad(set_to_none=True)
-        loss, stats, _, _ = trainer._micro_loss(b, ids)
+        loss, stats, _, _ = trainer.micro_loss(b, ids)
         loss.backward()
         losses_.append(loss.item())
         assert stats["train/clip_frac"] == 0.0 and abs(stats["train/approx_kl"]) < 1e-6
@@ -207,11 +207,11 @@ def test_one_update_changes_weights_and_lowers_the_loss(fixed_batch, tiny_model_
     with torch.no_grad():  # pi_old stored, so the loss after the update is measured against the same ratio base
         old = trainer.policy.score_batch([s.prompt_ids for s in batch.steps], [s.response_ids for s in batch.steps])
         batch = dataclasses.replace(batch, old_logp=[lp.detach() for lp in old])
-        before = trainer._micro_loss(batch, ids)[0].item()
+        before = trainer.micro_loss(batch, ids)[0].item()
     w0 = weights(trainer)
     trainer.learn(fixed_batch, 0)
     with torch.no_grad():
-        after = trainer._micro_loss(batch, ids)[0].item()
+        after = trainer.micro_loss(batch, ids)[0].item()
     assert any(not torch.equal(w0[k], v) for k, v in weights(trainer).items())
     assert after < before
 
@@ -230,9 +230,9 @@ def test_gradient_checkpointing_by_need_leaves_the_update_unchanged(fixed_batch,
     monkeypatch.setattr(update, "CHECKPOINT_ABOVE_TOKENS", (lengths[short] + lengths[long]) // 2)
     layers = [m for m in trainer.model.modules() if isinstance(m, GradientCheckpointingLayer)]
     trainer.model.train()
-    trainer._micro_loss(batch, [long])
+    trainer.micro_loss(batch, [long])
     assert layers and all(m.gradient_checkpointing for m in layers)
-    trainer._micro_loss(batch, [short])
+    trainer.micro_loss(batch, [short])
     assert not any(m.gradient_checkpointing for m in layers)
     after = {}
     for ckpt in (False, True, "auto"):

@@ -52,7 +52,7 @@ from seed_core.policy.hf import HFPolicy, micro_batches
 from seed_core.policy.vision import check_observation, vision_inputs
 from seed_core.records import Skill, Trajectory
 from seed_core.rollout import play, summarize
-from seed_core.runtime import peak_rss_mb
+from seed_core.runtime import derive_seed, peak_rss_mb
 
 
 @dataclass(frozen=True)
@@ -176,7 +176,8 @@ class Trainer:
         rank, world = distributed.rank(), distributed.world()
         trajs = play(
             self.sampler, pool, list(games)[rank::world], group_size=self.cfg.group_size, env=self.params.env,
-            gen=self.params.rollout, seed=(self.cfg.seed * 100_003 + index) * world + rank, tag=f"rl/u{index:04d}",
+            gen=self.params.rollout, seed=derive_seed(derive_seed(self.cfg.seed, index, stride=100_003), rank, stride=world),
+            tag=f"rl/u{index:04d}",
             progress=False,
         )  # fmt: skip
         rollout_s = time.perf_counter() - t0
@@ -310,70 +311,78 @@ class Trainer:
         tokens, every rank runs as many micro-batches as the busiest (zero-weight passes where it has none left:
         each FSDP pass is a collective), and a step is skipped on every rank if any rank saw a NaN/inf."""
         cfg = self.cfg
-        world = distributed.world()
         self.model.train()
-        g = torch.Generator().manual_seed(cfg.seed * 7_919 + index)
-        sums: dict[str, float] = {}
-        maxima: dict[str, float] = {}
+        g = torch.Generator().manual_seed(derive_seed(cfg.seed, index, stride=7_919))
+        stats = StatSums()
         deltas: dict[int, DeltaStats] = {}
-        tokens_seen = 0
         grad_norms, skipped = [], 0
         share, n_minis = self._rank_share(), self._mini_batches(len(batch.steps))
         for _ in range(cfg.ppo_epochs):
             perm = torch.randperm(len(batch.steps), generator=g).tolist()
             for m in range(n_minis):
                 mini = sorted(perm[m * share : (m + 1) * share], key=lambda i: batch.steps[i].length)
-                n_tokens = distributed.all_sum(sum(len(batch.steps[i].response_ids) for i in mini))
                 self.opt.zero_grad(set_to_none=True)
-                finite = True
-                mbs = micro_batches([batch.steps[i].length for i in mini], cfg.micro_batch_tokens) if mini else []
-                for b in range(distributed.all_max(len(mbs))):
-                    idle = b >= len(mbs)  # this rank is out of micro-batches: a zero-weight pass over its first step
-                    ids = [0] if idle else [mini[j] for j in mbs[b]]
-                    loss, stats, n, mb_deltas = self._micro_loss(batch, ids)
-                    # FSDP averages gradients over ranks; scaling by world makes them the global token-mean's
-                    (loss * (0.0 if idle else n / n_tokens * world)).backward()
-                    if not torch.isfinite(loss):
-                        finite = False
-                    if idle or not finite:
-                        continue
-                    for k, v in stats.items():
-                        if k.endswith("_max"):
-                            maxima[k] = max(maxima.get(k, v), v)
-                        else:
-                            sums[k] = sums.get(k, 0.0) + v * n
-                    tokens_seen += n
-                    for i, d in mb_deltas.items():
-                        deltas.setdefault(i, d)  # pi_old is fixed: every pass over a step gives the same
-                finite = distributed.all_true(finite)
-                norm = (
-                    distributed.full(torch.nn.utils.clip_grad_norm_(self.trainable, cfg.grad_clip))
-                    if finite
-                    else torch.tensor(float("nan"))
-                )
-                if not finite or not torch.isfinite(norm):
-                    # Nothing from a NaN/inf state ever reaches the weights (or a checkpoint).
-                    self.opt.zero_grad(set_to_none=True)
+                finite = self.backward(batch, mini, stats, deltas)
+                norm = self.optimizer_step(finite, index)
+                if norm is None:
                     skipped += 1
-                    self.nonfinite_in_row += 1
-                    if self.nonfinite_in_row >= cfg.max_nonfinite_in_row:
-                        raise NonFiniteError(
-                            f"{self.nonfinite_in_row} optimizer steps in a row had a non-finite loss or gradient "
-                            f"(update {index}); stopping with the last good checkpoint intact. Lower rl.learning_rate "
-                            "or check the model's dtype."
-                        )
-                    continue
-                self.nonfinite_in_row = 0
-                grad_norms.append(float(norm))
-                self.opt.step()
+                else:
+                    grad_norms.append(norm)
         self.opt.zero_grad(set_to_none=True)
-        sums, maxima, tokens_seen = _merge_ranks(sums, maxima, tokens_seen)
-        out = {k: v / max(tokens_seen, 1) for k, v in sums.items()} | maxima
+        out = stats.merged()
         out["train/grad_norm"] = _mean(grad_norms)
         out["train/skipped_steps"] = float(skipped)
         return out, deltas
 
-    def _micro_loss(
+    def backward(self, batch: Batch, mini: list[int], stats: StatSums, deltas: dict[int, DeltaStats]) -> bool:
+        """The gradient of one mini-batch's token-mean loss (every rank's share together), in micro-batches; their
+        statistics into `stats`, the skill corpus's Δ into `deltas`. Returns whether every rank's loss was finite.
+        Sharded, every rank runs as many passes as the busiest one (each FSDP pass is a collective): a rank out of
+        micro-batches runs zero-weight passes over its first step."""
+        world = distributed.world()
+        n_tokens = distributed.all_sum(sum(len(batch.steps[i].response_ids) for i in mini))
+        finite = True
+        mbs = micro_batches([batch.steps[i].length for i in mini], self.cfg.micro_batch_tokens) if mini else []
+        for b in range(distributed.all_max(len(mbs))):
+            idle = b >= len(mbs)
+            ids = [0] if idle else [mini[j] for j in mbs[b]]
+            loss, mb_stats, n, mb_deltas = self.micro_loss(batch, ids)
+            # FSDP averages gradients over ranks; scaling by world makes them the global token-mean's
+            (loss * (0.0 if idle else n / n_tokens * world)).backward()
+            if not torch.isfinite(loss):
+                finite = False
+            if idle or not finite:
+                continue
+            stats.add(mb_stats, n)
+            for i, d in mb_deltas.items():
+                deltas.setdefault(i, d)  # pi_old is fixed: every pass over a step gives the same
+        return distributed.all_true(finite)
+
+    def optimizer_step(self, finite: bool, index: int) -> float | None:
+        """The optimizer step after a mini-batch's backward passes: its pre-clip gradient norm, or None when the
+        loss or the gradient was not finite on some rank, and nothing reached the weights. Too many such steps
+        in a row stop the run (`rl.max_nonfinite_in_row`), the last good checkpoint intact."""
+        cfg = self.cfg
+        norm = (
+            distributed.full(torch.nn.utils.clip_grad_norm_(self.trainable, cfg.grad_clip))
+            if finite
+            else torch.tensor(float("nan"))
+        )
+        if finite and torch.isfinite(norm):
+            self.nonfinite_in_row = 0
+            self.opt.step()
+            return float(norm)
+        self.opt.zero_grad(set_to_none=True)  # nothing from a NaN/inf state ever reaches the weights
+        self.nonfinite_in_row += 1
+        if self.nonfinite_in_row >= cfg.max_nonfinite_in_row:
+            raise NonFiniteError(
+                f"{self.nonfinite_in_row} optimizer steps in a row had a non-finite loss or gradient "
+                f"(update {index}); stopping with the last good checkpoint intact. Lower rl.learning_rate "
+                "or check the model's dtype."
+            )
+        return None
+
+    def micro_loss(
         self, batch: Batch, ids: list[int]
     ) -> tuple[torch.Tensor, dict[str, float], int, dict[int, DeltaStats]]:
         """Loss of one micro-batch of steps (token-mean within it), its stats, its token count, and the
@@ -431,14 +440,22 @@ class Trainer:
             loss = loss + cfg.opd_lambda * opd
             stats["loss/opd"] = opd.item()
             stats.update(opd_stats)
-            with torch.no_grad():  # what the skill did to pi_old's own tokens, for the skill corpus
-                delta = teacher - old
-                gate = losses.opd_gate(delta, cfg.opd_beta, self.spec.gate)
-                for j, (i, h) in enumerate(zip(ids, have)):
-                    if h:
-                        n = len(steps[j].response_ids)
-                        deltas[i] = DeltaStats(delta[j, :n].float().cpu(), gate[j, :n].float().cpu())
+            deltas = self.corpus_deltas(ids, have, [len(s.response_ids) for s in steps], teacher, old)
         return loss, stats, int(mask.sum()), deltas
+
+    @torch.no_grad()
+    def corpus_deltas(
+        self, ids: list[int], have: list[bool], lengths: list[int], teacher: torch.Tensor, old: torch.Tensor
+    ) -> dict[int, DeltaStats]:
+        """What the skill did to pi_old's own tokens, for the skill corpus: Δ = teacher - pi_old and the method's
+        gate, per step with a skill. teacher, old: (b, T)."""
+        delta = teacher - old
+        gate = losses.opd_gate(delta, self.cfg.opd_beta, self.spec.gate)
+        return {
+            i: DeltaStats(delta[j, :n].float().cpu(), gate[j, :n].float().cpu())
+            for j, (i, h, n) in enumerate(zip(ids, have, lengths))
+            if h
+        }
 
 
 def shuffle_skills(trajs: Sequence[Trajectory], skills: Sequence[Skill | None]) -> list[Skill | None]:
@@ -585,14 +602,44 @@ def _all_mean(total: float, count: int) -> float:
     return distributed.all_sum(total) / count if count else 0.0
 
 
-def _merge_ranks(sums: dict, maxima: dict, tokens: int) -> tuple[dict, dict, int]:
-    """Every rank's token-weighted metric sums, maxima and token count, merged (identity on one rank)."""
-    parts = distributed.gather((sums, maxima, tokens))
-    merged_sums: dict[str, float] = {}
-    merged_max: dict[str, float] = {}
-    for s, m, _ in parts:
-        for k, v in s.items():
-            merged_sums[k] = merged_sums.get(k, 0.0) + v
-        for k, v in m.items():
-            merged_max[k] = max(merged_max.get(k, v), v)
-    return merged_sums, merged_max, sum(t for _, _, t in parts)
+STAT_REDUCTION = {
+    "loss/pg": "mean", "loss/kl": "mean", "loss/opd": "mean",
+    "train/clip_frac": "mean", "train/approx_kl": "mean", "train/tis_capped_frac": "mean",
+    "mismatch/abs_mean": "mean", "mismatch/abs_max": "max", "mismatch/k3": "mean",
+    "opd/active_token_ratio": "mean", "opd/gate_mean": "mean", "opd/gate_gt_half_ratio": "mean",
+    "opd/delta_mean": "mean",
+}  # fmt: skip
+"""How each micro-batch statistic of the update combines over micro-batches and ranks: `mean`, weighted by the
+micro-batch's tokens, or `max`. A statistic missing here is an error, so a new one names its reduction."""
+
+
+class StatSums:
+    """The update's micro-batch statistics, reduced by STAT_REDUCTION."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.maxima: dict[str, float] = {}
+        self.tokens = 0
+
+    def add(self, stats: dict[str, float], tokens: int) -> None:
+        for k, v in stats.items():
+            if k not in STAT_REDUCTION:
+                raise KeyError(f"update statistic {k!r} has no reduction: add it to method.update.STAT_REDUCTION")
+            if STAT_REDUCTION[k] == "max":
+                self.maxima[k] = max(self.maxima.get(k, v), v)
+            else:
+                self.sums[k] = self.sums.get(k, 0.0) + v * tokens
+        self.tokens += tokens
+
+    def merged(self) -> dict[str, float]:
+        """Every rank's statistics reduced (the identity on one rank): token means and maxima."""
+        sums: dict[str, float] = {}
+        maxima: dict[str, float] = {}
+        parts = distributed.gather((self.sums, self.maxima, self.tokens))
+        for s, m, _ in parts:
+            for k, v in s.items():
+                sums[k] = sums.get(k, 0.0) + v
+            for k, v in m.items():
+                maxima[k] = max(maxima.get(k, v), v)
+        tokens = sum(t for _, _, t in parts)
+        return {k: v / max(tokens, 1) for k, v in sums.items()} | maxima

@@ -28,6 +28,7 @@ from transformers import LogitsProcessor, LogitsProcessorList
 from seed_core import distributed
 from seed_core.policy import Generation
 from seed_core.policy.vision import IMAGE_MARK, VisionError, vision_inputs
+from seed_core.runtime import derive_seed
 
 
 def _chunks(seq: list[int], size: int) -> list[list[int]]:
@@ -252,7 +253,7 @@ class HFPolicy:
         results: list[Generation | None] = [None] * len(prompts)
         for n, idx in enumerate(_chunks(order, self.batch_size)):
             if seed is not None:
-                torch.manual_seed(seed * 1_000_003 + n)
+                torch.manual_seed(derive_seed(seed, n, stride=1_000_003))
             batch, pixels = [encoded[i] for i in idx], self.pixels([images[i] for i in idx])
             for i, g in zip(idx, self._generate_batch(batch, temperature, top_p, max_new_tokens, stop, pixels)):
                 results[i] = g

@@ -43,7 +43,7 @@ from seed_core.method.teachers import OpenAITeacher, Teacher, checkpoint_teacher
 from seed_core.policy import open_sampler
 from seed_core.records import Skill, Trajectory, publish_dir, write_jsonl, write_metrics
 from seed_core.rollout import play
-from seed_core.runtime import seed_everything
+from seed_core.runtime import derive_seed, seed_everything
 from seed_core.sft import SFT_SPLITS as SPLITS
 from seed_core.sft import write_dataset
 
@@ -206,7 +206,7 @@ def run_build_sft_data(
     trajs: list[Trajectory] = []
     with open_sampler(model_dir, params, params.rollout, cfg.seed) as policy:
         for c, s in enumerate(range(0, len(games), ROLLOUT_CHUNK_GAMES)):
-            seed = cfg.seed * 1009 + c
+            seed = derive_seed(cfg.seed, c, stride=1009)
             seed_everything(seed)
             with env.open_pool(params.env.workers) as pool:
                 trajs += play(

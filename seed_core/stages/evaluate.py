@@ -16,7 +16,7 @@ from seed_core.envs import GameEntry, GamePool, environment
 from seed_core.policy import Sampler, open_sampler
 from seed_core.records import publish_dir, write_json, write_jsonl
 from seed_core.rollout import play, summarize
-from seed_core.runtime import seed_everything
+from seed_core.runtime import derive_seed, seed_everything
 
 SPLITS = ("valid_seen", "valid_unseen")
 
@@ -49,7 +49,7 @@ def evaluate_model(
         temps_seeds = (
             [(0.0, cfg.seed)]
             if mode == "greedy"
-            else [(cfg.temperature, cfg.seed + i) for i in range(cfg.sampled_runs)]
+            else [(cfg.temperature, derive_seed(cfg.seed, i, stride=1)) for i in range(cfg.sampled_runs)]
         )
         for temp, seed in temps_seeds:
             seed_everything(seed)

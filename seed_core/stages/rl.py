@@ -48,7 +48,7 @@ from seed_core.records import (
     write_jsonl,
 )
 from seed_core.rollout import play, summarize
-from seed_core.runtime import seed_everything, setup
+from seed_core.runtime import derive_seed, seed_everything, setup
 from seed_core.tracking import Tracker
 
 # rl.init -> the checkpoint RL starts from (the dvc.yaml outputs of train_analyzer, warmup and prepare).
@@ -218,7 +218,7 @@ def load_epoch(trainer: Trainer, epoch_dir: Path) -> None:
 
 def games_for_update(train: list[GameEntry], cfg: RLConfig, index: int) -> list[GameEntry]:
     """B games for update `index`, a function of (seed, index) only, so a resumed run draws the same ones."""
-    rng = random.Random(cfg.seed * 1_000_003 + index)
+    rng = random.Random(derive_seed(cfg.seed, index, stride=1_000_003))
     return rng.sample(train, min(cfg.games_per_update, len(train)))
 
 
@@ -262,7 +262,7 @@ class RLRun:
         updates, corpus = [], []
         for u in range(cfg.updates_per_epoch):
             index = (epoch - 1) * cfg.updates_per_epoch + u
-            seed_everything(cfg.seed * 10_000 + index)
+            seed_everything(derive_seed(cfg.seed, index, stride=10_000))
             metrics, skills = trainer.update(self.pool, games_for_update(self.train, cfg, index), index)
             updates.append({"update": index, **metrics})
             corpus += skills

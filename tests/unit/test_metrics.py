@@ -64,3 +64,16 @@ def test_average_runs_and_table():
     assert "| base | valid_seen | sampled | – | 75.0 | – | – | – | – | 60.0 | 50.0 | 20.0 | 7.0 | 2 |" in table
     assert "macro avg" in table and "micro avg" in table
     assert "| model | split | mode | pick | look | clean | heat | cool | pick2 | macro avg |" in table
+
+
+def test_update_statistics_reduce_by_their_declared_operation():
+    from seed_core.method.update import STAT_REDUCTION, StatSums
+
+    sums = StatSums()
+    sums.add({"loss/pg": 1.0, "mismatch/abs_max": 0.5}, tokens=1)
+    sums.add({"loss/pg": 4.0, "mismatch/abs_max": 0.2}, tokens=3)
+    # token-weighted mean (1*1 + 4*3) / 4, and the largest value
+    assert sums.merged() == {"loss/pg": 13 / 4, "mismatch/abs_max": 0.5}
+    assert STAT_REDUCTION["mismatch/abs_max"] == "max" and STAT_REDUCTION["loss/pg"] == "mean"
+    with pytest.raises(KeyError, match="'train/new_stat' has no reduction: add it to method.update.STAT_REDUCTION"):
+        sums.add({"train/new_stat": 1.0}, tokens=1)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from seed_core.envs import GameEntry
 from seed_core.envs.alfworld.data import EXPECTED_COUNTS, TASK_TYPES
+from seed_core.runtime import derive_seed
 
 
 class Alfworld:
@@ -89,7 +90,7 @@ class Alfworld:
         train_pool = list_games(self.root, "train")
         train = stratified_subset(train_pool, cfg.train_games, cfg.seed)
         warmup = (
-            stratified_subset(train_pool, cfg.warmup_games, cfg.seed + 1, exclude=set(train))
+            stratified_subset(train_pool, cfg.warmup_games, derive_seed(cfg.seed, 1, stride=1), exclude=set(train))
             if cfg.warmup_games
             else []
         )
