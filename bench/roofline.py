@@ -85,16 +85,15 @@ def forward_flops(cfg, length: int, head_positions: int) -> float:
 def lora_model(path: Path, dtype: torch.dtype):
     """The model with LoRA adapters as every stage trains it, and trl's fused LM head as SFTTrainer patches it in
     (`model(..., fused_lm_head=True)`)."""
-    from peft import get_peft_model
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
-    from seed_core.models import lora_config
+    from seed_core.models import with_lora
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))  # what SFTTrainer asks for
     torch.manual_seed(0)
-    model = get_peft_model(model, lora_config(model, 16, 32))
+    model = with_lora(model, 16, 32)
     # enabled once, then switched per pass by `use_checkpointing`, as the RL update does
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return model

@@ -15,7 +15,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from _common import cli, load, publish, record_stage
-from seed_core.stages.rl import INIT, run_folder_name, train, write_outputs
+from seed_core.stages.rl import INIT, PATHS, run_folder_name, train, write_outputs
 
 
 @task(name="rl-epoch", cache_policy=NO_CACHE)
@@ -25,12 +25,12 @@ def epoch_task(train_it) -> dict:
 
 @flow(name="rl")
 def rl(
-    params: str = "params.yaml",
-    manifest_dir: str = "data/manifests",
-    runs_dir: str = "runs/rl",
-    out_dir: str = "models/rl",
-    metrics: str = "metrics/rl.json",
-    plots: str = "metrics/rl_updates.json",
+    params: str = PATHS.params,
+    manifest_dir: str = PATHS.manifest_dir,
+    runs_dir: str = PATHS.runs_dir,
+    out_dir: str = PATHS.out_dir,
+    metrics: str = PATHS.metrics,
+    plots: str = PATHS.plots,
 ) -> dict:
     p = load(params)
     log = get_run_logger()

@@ -244,6 +244,14 @@ def lora_config(model, r: int, alpha: int, train_vision: bool = True):
     )
 
 
+def with_lora(model, r: int, alpha: int, train_vision: bool = True):
+    """`model` wrapped in fresh LoRA adapters (`lora_config`): the one way every stage builds an adapter model.
+    The A matrices are drawn from torch's generator: seed it first for the same start."""
+    from peft import get_peft_model
+
+    return get_peft_model(model, lora_config(model, r, alpha, train_vision))
+
+
 def save_adapter(model, folder: Path) -> None:
     """`model`'s peft adapter in `folder`. peft keeps `target_modules` as a set and writes it in the order of Python's
     per-process string hashing, so the same adapter saved twice differed in adapter_config.json and in its DVC hash.

@@ -220,17 +220,16 @@ def make_image_trainer(
     """transformers' Trainer over image examples ({"prompt", "completion", "image"}; text-only ones may be mixed in),
     with `train_sft`'s `args`."""
     from datasets import Dataset
-    from peft import get_peft_model
     from transformers import Trainer
 
-    from seed_core.models import freeze_vision, lora_config
+    from seed_core.models import freeze_vision, with_lora
     from seed_core.policy.hf import ChatEncoder
     from seed_core.policy.vision import vision_inputs
 
     vision = vision_inputs(model.config)
     encoder = ChatEncoder(tokenizer, vision=vision)
     if lora is not None:
-        model = get_peft_model(model, lora_config(model, *lora, train_vision=train_vision))
+        model = with_lora(model, *lora, train_vision=train_vision)
     else:
         freeze_vision(model, not train_vision)
     args.remove_unused_columns = False  # the collator reads "index"
@@ -269,14 +268,11 @@ def make_trainer(
     callbacks: tuple = (),
 ):
     """The SFTTrainer `train_sft` runs on `device` (exposed so tests can inspect its prepared datasets)."""
-    from peft import LoraConfig
     from trl import SFTTrainer
 
-    peft_config = None
-    if lora_r is not None:
-        peft_config = LoraConfig(
-            r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0, target_modules="all-linear", task_type="CAUSAL_LM"
-        )
+    from seed_core.models import lora_config
+
+    peft_config = lora_config(model, lora_r, lora_alpha) if lora_r is not None else None
 
     class AnswerSFTTrainer(AnswerOnlyLoss, SFTTrainer):
         pass

@@ -11,7 +11,7 @@ import yaml
 from dvc.dependency.param import ParamsDependency
 from dvc.repo import Repo
 
-from seed_core.stages.rl import _diff  # the RL stage names changed parameters the same way
+from seed_core.stages.rl import diff_params  # the RL stage names changed parameters the same way
 
 pytestmark = pytest.mark.e2e  # interpreters and a DVC repo
 
@@ -65,7 +65,7 @@ def stale_stages(repo_dir: Path) -> dict[str, list[str]]:
                 d
                 for dep in stage.deps
                 if isinstance(dep, ParamsDependency)
-                for d in _diff(params.get(dep.def_path, {}), dep.read_params())
+                for d in diff_params(params.get(dep.def_path, {}), dep.read_params())
             ]
             if diffs:
                 stale[stage.name] = diffs

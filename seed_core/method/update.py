@@ -46,7 +46,7 @@ from seed_core.method import credit, losses
 from seed_core.method.rescore import StepTokens, action_token_mask, score_steps, step_tokens
 from seed_core.method.skills import PARSED, analyze, consistency_metrics
 from seed_core.method.teachers import PolicyTeacher
-from seed_core.models import CHECKPOINT_ABOVE_TOKENS, freeze_vision, lora_config, use_checkpointing
+from seed_core.models import CHECKPOINT_ABOVE_TOKENS, freeze_vision, use_checkpointing, with_lora
 from seed_core.policy import Sampler, make_sampler
 from seed_core.policy.hf import HFPolicy, micro_batches
 from seed_core.policy.vision import check_observation, vision_inputs
@@ -135,10 +135,8 @@ class Trainer:
         self.ref_model = None
         train_vision = params.vision.trainable
         if self.cfg.lora_r is not None:
-            from peft import get_peft_model
-
             torch.manual_seed(self.cfg.seed)  # LoRA A matrices are drawn at random: same seed, same start
-            model = get_peft_model(model, lora_config(model, self.cfg.lora_r, self.cfg.lora_alpha, train_vision))
+            model = with_lora(model, self.cfg.lora_r, self.cfg.lora_alpha, train_vision)
         else:
             if self.cfg.kl_coef > 0:
                 self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)

@@ -98,9 +98,10 @@ def test_library_imports_neither_prefect_nor_dvc(path):
     assert not bad, f"{rel(path)} imports {bad}: seed_core runs without Prefect or DVC; move it to flows/"
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "seed_core/stages").glob("*.py")), ids=rel)
+@pytest.mark.parametrize("path", sorted((REPO / "seed_core/stages").rglob("*.py")), ids=rel)
 def test_a_stage_imports_no_other_stage(path):
-    own = f"seed_core.stages.{path.stem}"
+    stage = path.relative_to(REPO / "seed_core/stages").parts[0].removesuffix(".py")  # a module or a package
+    own = f"seed_core.stages.{stage}"
     bad = sorted(m for m in seed_core_imports(path) if m.startswith("seed_core.stages.") and not m.startswith(own))
     assert not bad, f"{rel(path)} imports {bad}: a stage imports no other stage; move the shared piece down"
 
@@ -142,7 +143,9 @@ def test_games_and_the_method_meet_only_at_the_protocols(path):
 
 
 def test_layout_matches_stage_names():
-    assert sorted(p.stem for p in (REPO / "seed_core/stages").glob("[!_]*.py")) == sorted(STAGE_MODULES)
+    stages = REPO / "seed_core/stages"
+    modules = [p.stem for p in stages.glob("[!_]*.py")] + [p.parent.name for p in stages.glob("*/__init__.py")]
+    assert sorted(modules) == sorted(STAGE_MODULES)
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     assert set(STAGE_MODULES) <= set(stages)
 
@@ -230,4 +233,16 @@ def test_the_closure_follows_lazy_imports_and_packages():
         "seed_core/sft.py",
         "seed_core/method/teachers.py",
     } <= code
-    assert "seed_core/stages/rl.py" not in code
+    assert not any(f.startswith("seed_core/stages/rl/") for f in code)
+
+
+def test_the_rl_stage_declares_its_paths_once():
+    """dvc.yaml's rl stage names the files `stages.rl.PATHS` and `INIT` name (the flow's and the ranks' defaults)."""
+    from seed_core.stages.rl import INIT, PATHS
+
+    stage = dvc_stages()["rl"]
+    outs = [o if isinstance(o, str) else next(iter(o)) for o in stage["outs"]]
+    metrics = [next(iter(m)) if isinstance(m, dict) else m for m in stage["metrics"]]
+    assert sorted(outs + metrics) == sorted([PATHS.runs_dir, PATHS.out_dir, PATHS.plots, PATHS.metrics])
+    manifests = [d for d in stage["deps"] if d.startswith(PATHS.manifest_dir + "/")]
+    assert manifests and set(INIT.values()) <= set(stage["deps"])
