@@ -226,13 +226,11 @@ class EvaluateConfig:
     seed: int = 0
     """Seed of the first sampled run; run i uses seed + i."""
     modes: tuple[Literal["greedy", "sampled"], ...] = ("greedy", "sampled")
-    """Greedy decoding and/or sampling at `temperature`."""
-    temperature: float = 0.4
-    """Sampling temperature of the `sampled` mode."""
+    """Greedy decoding and/or sampling at `generation.temperature`."""
     sampled_runs: int = 3
     """Seeds of the sampled mode; success is averaged over them."""
     generation: SamplingConfig = field(default_factory=lambda: SamplingConfig(temperature=0.4))
-    """The evaluate stage's decoding caps; its temperature is unused (each mode sets its own)."""
+    """The evaluate stage's decoding: its temperature is the `sampled` mode's (`greedy` decodes at 0)."""
     models: tuple[Literal["base", "perception", "warmup", "analyzer", "rl"], ...] = ("base", "warmup", "rl")
     """The pipeline's models (`models/<name>`) the evaluate stage scores, side by side. A sweep comparing RL
     runs needs only `rl`: base and warm-up are the same in every run. `analyzer` plays the Stage-1 model as a
@@ -246,7 +244,11 @@ class EvaluateConfig:
             "must list at least one of ['base', 'perception', 'warmup', 'analyzer', 'rl']",
         )
         require(self.sampled_runs >= 1, "evaluate.sampled_runs", f"must be >= 1, got {self.sampled_runs}")
-        require(self.temperature > 0, "evaluate.temperature", "must be > 0 (use mode `greedy` for T=0)")
+        require(
+            self.generation.temperature > 0 or "sampled" not in self.modes,
+            "evaluate.generation.temperature",
+            "must be > 0 for the sampled mode (use mode `greedy` for T=0)",
+        )
 
 
 @dataclass(frozen=True)
@@ -407,9 +409,6 @@ class RLConfig:
     """Maximum global gradient norm per optimizer step (paper: 1.0)."""
     kl_coef: float = 0.01
     """Weight of the low-variance KL (k3) to the reference model (the adapter-off model for LoRA runs); paper 0.01."""
-    entropy_coef: float = 0.0
-    """Entropy bonus weight; must stay 0 (the paper's value): the memory-lean scorer never builds the
-    full-vocabulary distributions an entropy needs."""
     adv_norm: Literal["mean_std", "mean"] = "mean_std"
     """Group normalization of the advantages: `mean_std`, (R - mean) / (std + eps) as in the paper, or `mean`
     (no division by the std); GiGPO's step level uses the same."""
@@ -466,7 +465,6 @@ class RLConfig:
         require(0 <= self.gigpo_gamma <= 1, "rl.gigpo_gamma", "must be in [0, 1]")
         require(self.max_nonfinite_in_row >= 1, "rl.max_nonfinite_in_row", "must be >= 1")
         require(self.tis_cap >= 1, "rl.tis_cap", f"must be >= 1, got {self.tis_cap}")
-        require(self.entropy_coef == 0, "rl.entropy_coef", "must be 0 (the paper's value; entropies are not computed)")
         require(self.world_size >= 1, "rl.world_size", f"must be >= 1, got {self.world_size}")
         require(
             self.launcher != "local" or self.world_size == 1,

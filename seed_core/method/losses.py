@@ -1,9 +1,10 @@
-"""Per-token losses of one SEED policy update: PPO clipped surrogate, low-variance KL, entropy, gated OPD.
+"""Per-token losses of one SEED policy update: PPO clipped surrogate, low-variance KL, gated OPD.
 
 Every loss takes (B, T) per-token tensors (B response sequences, T padded response length) and a (B, T)
 mask of valid response tokens, and aggregates by token-mean: the sum over all valid tokens of the batch
 divided by their number (0 when there are none, never NaN). The RL loop composes
-L = pg + kl_coef * kl - ent_coef * entropy + lambda * opd.
+L = pg + kl_coef * kl + lambda * opd (no entropy term: the paper's coefficient is 0, and the memory-lean scorer
+never builds the full-vocabulary distributions an entropy needs).
 
 Where this departs from, or pins down, the paper (Stage 2, step 5):
 - PPO, KL and their numerical guards follow verl: log-ratios are clamped to [-20, 20] before `exp`, the
@@ -165,19 +166,6 @@ def kl_loss(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> t
         scalar.
     """
     return masked_mean(kl_low_var(logp, ref_logp), mask)
-
-
-def entropy_bonus(token_entropy: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Token-mean entropy; the loop subtracts ent_coef times it (ent_coef is 0 in the paper).
-
-    Args:
-        token_entropy: (B, T) entropy of the policy's next-token distribution at each position.
-        mask: (B, T) bool/float, valid response tokens.
-
-    Returns:
-        scalar.
-    """
-    return masked_mean(token_entropy, mask)
 
 
 def opd_gate(

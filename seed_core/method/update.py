@@ -11,7 +11,7 @@ then `Trainer.learn(trajs, index)`, which the RL stage, `bench/rl_update.py` and
      reference model (KL), and pi_old under the skill-augmented prompt (the OPD teacher), all once and
      detached, before any weight changes;
   5. advantages: GRPO trajectory advantage broadcast to every token of every step (or GiGPO);
-  6. PPO epochs over mini-batches: L = L_pg + kl_coef * L_kl - entropy_coef * H + lambda * L_opd, with
+  6. PPO epochs over mini-batches: L = L_pg + kl_coef * L_kl + lambda * L_opd (no entropy term), with
      gradient clipping; the updated weights are the next actor and the next analyzer (a vLLM sampler is synced
      to them before it samples again).
 

@@ -7,11 +7,12 @@ mode averages over several seeds, as reproducers found single-seed sampled evalu
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
 
-from seed_core.config import Params, SamplingConfig
+from seed_core.config import Params
 from seed_core.envs import GameEntry, GamePool, environment
 from seed_core.policy import Sampler, open_sampler
 from seed_core.records import publish_dir, write_json, write_jsonl
@@ -49,21 +50,14 @@ def evaluate_model(
         temps_seeds = (
             [(0.0, cfg.seed)]
             if mode == "greedy"
-            else [(cfg.temperature, derive_seed(cfg.seed, i, stride=1)) for i in range(cfg.sampled_runs)]
+            else [(cfg.generation.temperature, derive_seed(cfg.seed, i, stride=1)) for i in range(cfg.sampled_runs)]
         )
         for temp, seed in temps_seeds:
             seed_everything(seed)
             # Each pass starts on an empty prompt cache (vLLM's prefix cache): otherwise the sampled rows of a
             # trained model were not reproducible between two processes of the same run.
             policy.reset_cache()
-            gen = SamplingConfig(
-                temperature=temp,
-                top_p=cfg.generation.top_p if temp > 0 else 1.0,
-                max_new_tokens=cfg.generation.max_new_tokens,
-                max_prompt_tokens=cfg.generation.max_prompt_tokens,
-                batch_size=cfg.generation.batch_size,
-                backend=cfg.generation.backend,
-            )
+            gen = dataclasses.replace(cfg.generation, temperature=temp, top_p=cfg.generation.top_p if temp > 0 else 1.0)
             trajs = play(
                 policy,
                 pool,

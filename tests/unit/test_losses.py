@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from seed_core.method.losses import (
-    entropy_bonus,
     gated_opd_loss,
     kl_loss,
     kl_low_var,
@@ -144,11 +143,6 @@ def test_kl_low_var_zero_at_equality_positive_elsewhere():
     assert (kl_low_var(logp, ref) > 0).all()
 
 
-def test_entropy_bonus_hand_value():
-    ent = torch.tensor([[0.5, 1.5], [2.0, 9.0]])
-    assert entropy_bonus(ent, torch.tensor([[1, 1], [1, 0]])).item() == pytest.approx(4.0 / 3)
-
-
 # Sequence 0: delta 0 and 0.2 (gates 0.5, sigmoid(1)); sequence 1: delta -0.2 and a padded token.
 OPD_STUDENT = [[-1.0, -2.0], [-0.5, -3.0]]
 OPD_TEACHER = [[-1.0, -1.8], [-0.7, -3.0]]
@@ -240,7 +234,7 @@ def test_zero_mask_batch_gives_zero_loss_and_no_nan():
     pg, pg_stats = ppo_clip_loss(logp, other, torch.randn(2, 3), mask)
     kl = kl_loss(logp, other, mask)
     opd, opd_stats = gated_opd_loss(logp, other, mask, torch.ones(2))
-    total = pg + 0.01 * kl - 0.0 * entropy_bonus(torch.rand(2, 3), mask) + 0.01 * opd
+    total = pg + 0.01 * kl + 0.01 * opd
     assert [pg.item(), kl.item(), opd.item(), total.item()] == [0.0, 0.0, 0.0, 0.0]
     assert set(pg_stats.values()) == {0.0} and set(opd_stats.values()) == {0.0}
     total.backward()
