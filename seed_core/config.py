@@ -13,7 +13,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 
@@ -181,23 +181,46 @@ class VisionConfig:
 
 
 @dataclass(frozen=True)
-class WarmupConfig:
-    enabled: bool = False
-    """Behaviour-cloning SFT on expert walkthrough steps before anything else (for tiny models only)."""
+class SFTSettings:
+    """What one SFT run is (the warm-up, Stage 1): `sft.train_sft` takes it whole."""
+
+    SECTION: ClassVar[str] = "sft"  # the params section, in error messages
     seed: int = 0
-    """Seed of the held-out evaluation games' draw and of the SFT run (data order, LoRA init)."""
+    """Seed of the SFT run (data order, LoRA init); the warm-up also draws its held-out games with it."""
+    epochs: float = 3.0
+    """Passes over the examples (Stage 1 in the paper: 3)."""
+    learning_rate: float = 2e-4
+    """Peak learning rate (cosine schedule, 5 % linear warm-up); unpublished in the paper: 2e-4 suits LoRA, use
+    ~1e-5 for full fine-tuning."""
+    batch_size: int = 4
+    """Examples per optimizer step (on a CPU, gradient accumulation over single examples)."""
+    lora_r: int | None = 16
+    """LoRA rank (the merged model is written); null for full fine-tuning."""
+    lora_alpha: int = 32
+    """LoRA scaling numerator: adapter updates are scaled by lora_alpha / lora_r; unused when lora_r is null."""
+    max_seq_len: int = 2048
+    """Prompt+answer tokens per example; longer examples are dropped and counted (sft/data/dropped_too_long), not
+    truncated."""
+
+    def __post_init__(self) -> None:
+        s = self.SECTION
+        require(self.epochs > 0, f"{s}.epochs", f"must be > 0, got {self.epochs}")
+        require(self.learning_rate > 0, f"{s}.learning_rate", f"must be > 0, got {self.learning_rate}")
+        require(self.batch_size >= 1, f"{s}.batch_size", f"must be >= 1, got {self.batch_size}")
+        require(self.lora_r is None or self.lora_r >= 1, f"{s}.lora_r", "must be >= 1, or null for full fine-tuning")
+
+
+@dataclass(frozen=True)
+class WarmupConfig(SFTSettings):
+    SECTION: ClassVar[str] = "warmup"
     epochs: float = 2.0
     """Passes over the expert steps."""
-    learning_rate: float = 2e-4
-    """Peak learning rate of the warm-up SFT (cosine schedule, 5 % linear warm-up)."""
     batch_size: int = 8
     """Examples per optimizer step (on a CPU, gradient accumulation over single examples)."""
-    lora_r: int = 16
-    """LoRA rank; the merged model is written to models/warmup."""
-    lora_alpha: int = 32
-    """LoRA scaling numerator: adapter updates are scaled by lora_alpha / lora_r."""
     max_seq_len: int = 1024
     """Prompt+response tokens per example; longer examples are dropped and counted (sft/data/dropped_too_long)."""
+    enabled: bool = False
+    """Behaviour-cloning SFT on expert walkthrough steps before anything else (for tiny models only)."""
     skill_hints: tuple[Literal["plan", "episode"], ...] = ()
     """Sokoban: each expert step is also trained with a true hint in SEED's skill block, one example per kind, so the
     policy learns to read the block: `plan` (the solver's plan from the step's state), `episode` (the oracle's skill
@@ -213,12 +236,9 @@ class WarmupConfig:
     is then the base model). The vision encoder always trains here, whatever `vision.trainable` says."""
 
     def __post_init__(self) -> None:
-        require(self.epochs > 0, "warmup.epochs", f"must be > 0, got {self.epochs}")
+        super().__post_init__()
         require(self.off_path_states >= 0, "warmup.off_path_states", f"must be >= 0, got {self.off_path_states}")
         require(self.perception_epochs >= 0, "warmup.perception_epochs", f"must be >= 0, got {self.perception_epochs}")
-        require(self.learning_rate > 0, "warmup.learning_rate", f"must be > 0, got {self.learning_rate}")
-        require(self.batch_size >= 1, "warmup.batch_size", f"must be >= 1, got {self.batch_size}")
-        require(self.lora_r >= 1, "warmup.lora_r", f"must be >= 1, got {self.lora_r}")
 
 
 @dataclass(frozen=True)
@@ -325,21 +345,8 @@ class SFTDataConfig:
 
 
 @dataclass(frozen=True)
-class AnalyzerSFTConfig:
-    seed: int = 0
-    """Seed of the SFT run (data order, LoRA init)."""
-    epochs: float = 3.0
-    """Paper: 3."""
-    learning_rate: float = 2e-4
-    """Unpublished in the paper; 2e-4 suits LoRA, use ~1e-5 for full fine-tuning."""
-    batch_size: int = 4
-    """Examples per optimizer step (unpublished in the paper; on a CPU, accumulated one example at a time)."""
-    lora_r: int | None = 16
-    """LoRA rank; null for full fine-tuning. A LoRA run also writes the merged model."""
-    lora_alpha: int = 32
-    """LoRA scaling numerator: adapter updates are scaled by lora_alpha / lora_r; unused when lora_r is null."""
-    max_seq_len: int = 2048
-    """Prompt+answer tokens per example; longer examples are dropped and counted, not truncated."""
+class AnalyzerSFTConfig(SFTSettings):
+    SECTION: ClassVar[str] = "train_analyzer"
     analyzer_max_new_tokens: int = 256
     """Answer cap when measuring the analyzer's parse rate before and after SFT."""
     rehearsal_games: int = 0
@@ -348,15 +355,9 @@ class AnalyzerSFTConfig:
     skills alone answered every step prompt with skill text (RL invalid rate 1.0)."""
 
     def __post_init__(self) -> None:
-        require(self.epochs > 0, "train_analyzer.epochs", f"must be > 0, got {self.epochs}")
+        super().__post_init__()
         require(
             self.rehearsal_games >= 0, "train_analyzer.rehearsal_games", f"must be >= 0, got {self.rehearsal_games}"
-        )
-        require(self.learning_rate > 0, "train_analyzer.learning_rate", f"must be > 0, got {self.learning_rate}")
-        require(
-            self.lora_r is None or self.lora_r >= 1,
-            "train_analyzer.lora_r",
-            "must be >= 1, or null for full fine-tuning",
         )
 
 
@@ -680,7 +681,7 @@ def field_docs() -> list[tuple[str, str, str, str]]:
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             key = f"{prefix}.{f.name}" if prefix else f.name
-            doc = docs.get(cls.__name__, {}).get(f.name, "")
+            doc = next((docs[c.__name__][f.name] for c in cls.__mro__ if f.name in docs.get(c.__name__, {})), "")
             value = getattr(obj, f.name)
             if dataclasses.is_dataclass(hints[f.name]):
                 if prefix:  # a nested section (a top-level one is a params.yaml section)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import torch
 
+from seed_core.config import SFTSettings
 from seed_core.models import CHECKPOINT_ABOVE_TOKENS
 from seed_core.records import DataError, publish_dir
 
@@ -67,34 +68,33 @@ DATA_ARGS = dict(
 )
 
 
-def sft_args(
-    out_dir: Path, *, epochs: float, learning_rate: float, batch_size: int, max_seq_len: int, seed: int, cpu: bool
-):
+def sft_args(out_dir: Path, settings: SFTSettings, cpu: bool):
     from trl import SFTConfig
 
-    micro = 1 if cpu else batch_size
+    s = settings
+    micro = 1 if cpu else s.batch_size
     return SFTConfig(
         # trl turns it on by default; recomputing costs a forward pass, needed only for long micro-batches
-        gradient_checkpointing=micro * max_seq_len > CHECKPOINT_ABOVE_TOKENS,
+        gradient_checkpointing=micro * s.max_seq_len > CHECKPOINT_ABOVE_TOKENS,
         output_dir=str(out_dir),
-        num_train_epochs=epochs,
-        learning_rate=learning_rate,
+        num_train_epochs=s.epochs,
+        learning_rate=s.learning_rate,
         lr_scheduler_type="cosine",
         warmup_steps=0.05,  # a float below 1 is a ratio of the total steps
         per_device_train_batch_size=micro,
         per_device_eval_batch_size=micro,
-        gradient_accumulation_steps=batch_size // micro,
+        gradient_accumulation_steps=s.batch_size // micro,
         max_grad_norm=1.0,
         weight_decay=0.0,
-        max_length=max_seq_len,
+        max_length=s.max_seq_len,
         **DATA_ARGS,
         save_strategy="no",
         eval_strategy="no",  # evaluated explicitly before and after training
         logging_strategy="steps",
         logging_steps=1,
         report_to="none",
-        seed=seed,
-        data_seed=seed,
+        seed=s.seed,
+        data_seed=s.seed,
         use_cpu=cpu,
         # bf16 autocast over fp32 weights on GPUs; on CPU it measured slower than fp32 (casts dominate).
         bf16=not cpu and torch.cuda.is_bf16_supported(),
@@ -256,14 +256,8 @@ def make_trainer(
     train: list[dict],
     eval: list[dict] | None,
     work_dir: Path,
+    settings: SFTSettings,
     *,
-    epochs: float,
-    learning_rate: float,
-    batch_size: int,
-    lora_r: int | None,
-    lora_alpha: int,
-    max_seq_len: int,
-    seed: int,
     device: str = "cpu",
     callbacks: tuple = (),
 ):
@@ -272,22 +266,15 @@ def make_trainer(
 
     from seed_core.models import lora_config
 
-    peft_config = lora_config(model, lora_r, lora_alpha) if lora_r is not None else None
+    s = settings
+    peft_config = lora_config(model, s.lora_r, s.lora_alpha) if s.lora_r is not None else None
 
     class AnswerSFTTrainer(AnswerOnlyLoss, SFTTrainer):
         pass
 
     return AnswerSFTTrainer(
         model=model,
-        args=sft_args(
-            work_dir,
-            epochs=epochs,
-            learning_rate=learning_rate,
-            batch_size=batch_size,
-            max_seq_len=max_seq_len,
-            seed=seed,
-            cpu=device == "cpu",
-        ),
+        args=sft_args(work_dir, settings, cpu=device == "cpu"),
         train_dataset=to_conversational(train),
         eval_dataset=to_conversational(eval) if eval else None,
         processing_class=tokenizer,
@@ -301,14 +288,8 @@ def train_sft(
     train: list[dict],
     eval: list[dict] | None,
     out_dir: Path,
+    settings: SFTSettings,
     *,
-    epochs: float,
-    learning_rate: float,
-    batch_size: int,
-    lora_r: int | None,
-    lora_alpha: int,
-    max_seq_len: int,
-    seed: int,
     device: str = "cpu",
     dtype: str = "auto",
     log: Callable[[dict], None] | None = None,
@@ -317,7 +298,7 @@ def train_sft(
     """Fine-tune `model_path` on `train` ({"prompt", "completion"} dicts, each with an "image" for a vision model)
     and write the result to `out_dir`.
 
-    `lora_r=None` is full fine-tuning; `train_vision` trains a vision model's encoder (else it is frozen); `device`
+    `settings.lora_r` None is full fine-tuning; `train_vision` trains a vision model's encoder (else it is frozen); `device`
     is "cpu" or "cuda" (bf16 autocast over the fp32 weights). LoRA on a CPU trains over frozen weights in the dtype
     `pick_dtype(dtype)` chooses (bf16 where the CPU computes it faster; peft keeps the adapters fp32) and merges the
     adapters into the fp32 weights at the end. `log` receives every logged training dict. Returns metrics: train loss (trainer mean over the run, first and last
@@ -332,14 +313,15 @@ def train_sft(
     if not train:
         raise ValueError("train_sft: no training examples")
     t0 = time.perf_counter()
-    set_seed(seed)
+    s = settings
+    set_seed(s.seed)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     config = AutoConfig.from_pretrained(model_path)
     vision = vision_inputs(config)  # a vision model trains on the image path, text-only rows included
     # Trained weights are fp32 master weights (AdamW on bf16 rounds small updates away). Frozen weights under LoRA
     # may run in bf16 on a CPU that computes it faster: 1.6x the SFT step of fp32 on the 2-core EPYC (bf16 autocast
     # over fp32 weights: 1.4x, the casts cost). A vision model's encoder trains in full, so it stays fp32.
-    frozen = pick_dtype(dtype, device) if lora_r is not None and device == "cpu" and vision is None else torch.float32
+    frozen = pick_dtype(dtype, device) if s.lora_r is not None and device == "cpu" and vision is None else torch.float32
     model = auto_class(model_path).from_pretrained(model_path, dtype=frozen, use_safetensors=True)
 
     class _Log(TrainerCallback):
@@ -351,31 +333,24 @@ def train_sft(
     # on, and a cut answer teaches no end of turn (trl's keep-the-end truncation is deprecated).
     n_train, n_eval = len(train), len(eval or [])
     train, eval = (
-        _fitting(tokenizer, train, max_seq_len, vision),
-        _fitting(tokenizer, eval or [], max_seq_len, vision) or None,
+        _fitting(tokenizer, train, s.max_seq_len, vision),
+        _fitting(tokenizer, eval or [], s.max_seq_len, vision) or None,
     )
     if not train:
-        raise ValueError(f"train_sft: every training example is longer than max_seq_len={max_seq_len}; raise it")
+        raise ValueError(f"train_sft: every training example is longer than max_seq_len={s.max_seq_len}; raise it")
     metrics: dict = {"data/dropped_too_long": n_train - len(train) + n_eval - len(eval or [])}
     out_dir = Path(out_dir)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.work.", dir=out_dir.parent))
     try:
         if vision is not None:
-            args = sft_args(
-                work, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, max_seq_len=max_seq_len,
-                seed=seed, cpu=device == "cpu",
-            )  # fmt: skip
-            lora = (lora_r, lora_alpha) if lora_r is not None else None
+            args = sft_args(work, s, cpu=device == "cpu")
+            lora = (s.lora_r, s.lora_alpha) if s.lora_r is not None else None
             trainer = make_image_trainer(
                 model, tokenizer, train, eval, args, lora=lora, train_vision=train_vision, callbacks=(_Log(),)
             )
         else:
-            trainer = make_trainer(
-                model, tokenizer, train, eval, work, epochs=epochs, learning_rate=learning_rate,
-                batch_size=batch_size, lora_r=lora_r, lora_alpha=lora_alpha, max_seq_len=max_seq_len, seed=seed,
-                device=device, callbacks=(_Log(),),
-            )  # fmt: skip
+            trainer = make_trainer(model, tokenizer, train, eval, work, s, device=device, callbacks=(_Log(),))
         ds = trainer.train_dataset
         metrics |= {
             "data/examples": len(train),  # after dropping over-long ones
@@ -398,7 +373,7 @@ def train_sft(
 
         def write(tmp: Path) -> None:
             model = trainer.model
-            if lora_r is not None:
+            if s.lora_r is not None:
                 save_adapter(model, tmp / "adapter")
                 if (
                     frozen != torch.float32

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from seed_core.config import SFTSettings
 from seed_core.sft import IGNORE, completion_mask, make_trainer, prepare, train_sft
 
 EXAMPLE = {
@@ -77,13 +78,7 @@ def test_mask_is_the_one_the_trainer_trains_on(tok, tiny_dir, tmp_path):
         [EXAMPLE, other],
         None,
         tmp_path,
-        epochs=1,
-        learning_rate=1e-3,
-        batch_size=2,
-        lora_r=None,
-        lora_alpha=16,
-        max_seq_len=512,
-        seed=0,
+        SFTSettings(epochs=1, learning_rate=1e-3, batch_size=2, lora_r=None, lora_alpha=16, max_seq_len=512, seed=0),
     )
     assert trainer.completion_only_loss is True
     for row, ex in zip(trainer.train_dataset, [EXAMPLE, other]):
@@ -124,13 +119,7 @@ def test_training_lowers_validation_loss_and_saves_a_plain_model(tiny_dir, tmp_p
         _dataset(16) + [too_long],
         _dataset(4, offset=16),
         out,
-        epochs=3,
-        learning_rate=lr,
-        batch_size=4,
-        lora_r=lora_r,
-        lora_alpha=16,
-        max_seq_len=128,
-        seed=0,
+        SFTSettings(epochs=3, learning_rate=lr, batch_size=4, lora_r=lora_r, lora_alpha=16, max_seq_len=128, seed=0),
         dtype=dtype,
         log=logged.append,
     )
@@ -162,9 +151,9 @@ def test_training_lowers_validation_loss_and_saves_a_plain_model(tiny_dir, tmp_p
 def test_no_usable_training_examples_is_an_error(tiny_dir, tmp_path):
     kw = dict(epochs=1, learning_rate=1e-3, batch_size=1, lora_r=None, lora_alpha=16, seed=0)
     with pytest.raises(ValueError, match="no training examples"):
-        train_sft(tiny_dir, [], None, tmp_path / "o", max_seq_len=64, **kw)
+        train_sft(tiny_dir, [], None, tmp_path / "o", SFTSettings(max_seq_len=64, **kw))
     with pytest.raises(ValueError, match="longer than max_seq_len=8; raise it"):
-        train_sft(tiny_dir, _dataset(2), None, tmp_path / "o", max_seq_len=8, **kw)
+        train_sft(tiny_dir, _dataset(2), None, tmp_path / "o", SFTSettings(max_seq_len=8, **kw))
     assert not (tmp_path / "o").exists()
 
 
@@ -179,9 +168,8 @@ def test_sft_recomputes_activations_only_for_long_micro_batches(tmp_path):
     from seed_core.sft import sft_args
 
     def ckpt(max_seq_len, cpu):
-        return sft_args(
-            tmp_path, epochs=1, learning_rate=1e-3, batch_size=4, max_seq_len=max_seq_len, seed=0, cpu=cpu
-        ).gradient_checkpointing
+        settings = SFTSettings(epochs=1, learning_rate=1e-3, batch_size=4, max_seq_len=max_seq_len, seed=0)
+        return sft_args(tmp_path, settings, cpu=cpu).gradient_checkpointing
 
     assert not ckpt(1024, cpu=True) and not ckpt(CHECKPOINT_ABOVE_TOKENS, cpu=True)
     assert ckpt(CHECKPOINT_ABOVE_TOKENS + 1, cpu=True)
@@ -196,9 +184,13 @@ def test_answer_only_head_gives_trls_loss_and_gradients(tok, tiny_dir, tmp_path,
     from trl import SFTTrainer
 
     trainer = make_trainer(
-        AutoModelForCausalLM.from_pretrained(tiny_dir), tok, _dataset(3), None, tmp_path, epochs=1,
-        learning_rate=1e-3, batch_size=3, lora_r=4, lora_alpha=8, max_seq_len=512, seed=0,
-    )  # fmt: skip
+        AutoModelForCausalLM.from_pretrained(tiny_dir),
+        tok,
+        _dataset(3),
+        None,
+        tmp_path,
+        SFTSettings(epochs=1, learning_rate=1e-3, batch_size=3, lora_r=4, lora_alpha=8, max_seq_len=512, seed=0),
+    )
     batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
     assert (batch["attention_mask"] == 0).any()  # rows of different lengths: right padding is exercised
     model = trainer.model.train()

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 
 from helpers import tiny_qwen_vl
-from seed_core.config import ConfigError, VisionConfig, params_from_dict
+from seed_core.config import ConfigError, SFTSettings, VisionConfig, params_from_dict
 from seed_core.envs import GameEntry, observation_image
 from seed_core.envs.sokoban.env import Sokoban, SokobanPool
 from seed_core.envs.sokoban.prompts import PERCEPTION_PROMPT
@@ -222,10 +222,10 @@ def test_image_sft_trains_the_vision_encoder_only_when_asked(composite_dir, tmp_
         for x in Sokoban().perception_examples(ROOMS[:1], dataclasses.replace(env, max_steps=15), progress=False)
     ][:3]
     start = load_file(composite_dir / "model.safetensors")
-    kw = dict(epochs=1.0, learning_rate=1e-2, batch_size=2, lora_r=4, lora_alpha=8, max_seq_len=1024, seed=0)
+    settings = SFTSettings(epochs=1.0, learning_rate=1e-2, batch_size=2, lora_r=4, lora_alpha=8, max_seq_len=1024)
     for trainable in (True, False):
         out = tmp_path / str(trainable)
-        m = train_sft(composite_dir, examples, None, out, train_vision=trainable, **kw)
+        m = train_sft(composite_dir, examples, None, out, settings, train_vision=trainable)
         assert m["data/examples"] == 3 and m["data/answer_tokens"] > 0 and np.isfinite(m["train/loss"])
         done = load_file(out / "model.safetensors")
         vision = [k for k in start if "vision_model" in k]

@@ -23,6 +23,7 @@ models/perception; the behaviour cloning then starts from it. Otherwise models/p
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import time
@@ -154,10 +155,11 @@ def perception(params: Params, entries, base_model_dir: Path, out_dir: Path) -> 
         [{k: x[k] for k in ("prompt", "completion", "image")} for x in train],
         [{k: x[k] for k in ("prompt", "completion", "image")} for x in held] or None,
         Path(out_dir),
-        epochs=cfg.perception_epochs, learning_rate=cfg.learning_rate, batch_size=cfg.batch_size, lora_r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha, max_seq_len=cfg.max_seq_len, seed=cfg.seed,
-        device=resolve_device(params.model.device), dtype=params.model.dtype, train_vision=True,
-    )  # fmt: skip
+        dataclasses.replace(cfg, epochs=cfg.perception_epochs),
+        device=resolve_device(params.model.device),
+        dtype=params.model.dtype,
+        train_vision=True,
+    )
     return {
         "perception/train_examples": len(train),
         "perception/eval_examples": len(held),
@@ -220,13 +222,7 @@ def run_warmup(
         [{k: x[k] for k in keys} for x in train],
         [{k: x[k] for k in keys} for x in held] or None,
         Path(out_dir),
-        epochs=cfg.epochs,
-        learning_rate=cfg.learning_rate,
-        batch_size=cfg.batch_size,
-        lora_r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        max_seq_len=cfg.max_seq_len,
-        seed=cfg.seed,
+        cfg,
         device=resolve_device(params.model.device),
         dtype=params.model.dtype,
         train_vision=params.vision.trainable,
