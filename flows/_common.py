@@ -25,7 +25,7 @@ if str(REPO) not in sys.path:
 
 from seed_core.config import ConfigError, load_params  # noqa: E402
 from seed_core.models import ModelError, resolve_device  # noqa: E402
-from seed_core.records import DataError, StorageError  # noqa: E402
+from seed_core.records import DataError, StorageError, exit_with_error  # noqa: E402
 from seed_core.runtime import setup  # noqa: E402
 
 USER_ERRORS = (ConfigError, DataError, ModelError, StorageError)
@@ -71,8 +71,7 @@ def main(run, args) -> None:
             resolve_device(load_params(args.params).model.device)  # refuses model.device cuda where there is none
         run(**vars(args))
     except USER_ERRORS as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        exit_with_error(e)
 
 
 def publish(key: str, markdown: str) -> None:

@@ -4,13 +4,13 @@ teacher's hindsight skill, write the analyzer SFT set (train / validation by gam
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from prefect import flow, get_run_logger
 
 from _common import cli, load, publish, record_stage
 from seed_core.method.teachers import MissingAPIKeyError
+from seed_core.records import exit_with_error
 from seed_core.stages.build_sft_data import check_teacher_key, preview_records, run_build_sft_data
 from seed_core.tracking import track_stage
 
@@ -54,8 +54,7 @@ def run(**kw) -> None:
         # Refused before the flow (and any rollout) starts: a missing key is a user error, not a crash.
         check_teacher_key(load(kw["params"]).teacher)
     except MissingAPIKeyError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        exit_with_error(e)
     build_sft_data(**kw)
 
 

@@ -22,6 +22,7 @@ from prefect import flow, get_run_logger, task
 from prefect.runtime import flow_run
 
 from _common import REPO, main, parser  # sets Prefect defaults first
+from seed_core.records import ERROR_PREFIX, exit_with_error
 from seed_core.tools.sweep import check_params, parse_set_params
 from seed_core.tracking import Tracker
 
@@ -59,7 +60,7 @@ def run_dvc(cmd: list[str], env: dict[str, str]) -> None:
                 log.info(text)
             elif text.startswith("ERROR"):
                 dvc_errors.append(text)
-            elif text.startswith("error:"):
+            elif text.startswith(ERROR_PREFIX.strip()):
                 stage_errors.append(text)
             elif EXCEPTION_LINE.match(text):
                 exceptions.append(text)
@@ -110,8 +111,7 @@ def run(**kw) -> None:
     try:
         pipeline(**kw)
     except PipelineError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+        exit_with_error(e, code=1)
 
 
 if __name__ == "__main__":

@@ -13,11 +13,12 @@ import json
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 
 @dataclass
@@ -81,6 +82,17 @@ class Skill:
 
 
 R = TypeVar("R", Trajectory, Skill)
+
+
+ERROR_PREFIX = "error: "
+"""The user-error contract between processes: a command that refuses its input prints one line starting so on
+stderr and exits 2 (`exit_with_error`); `flows/pipeline.py` finds these lines in a stage's output."""
+
+
+def exit_with_error(e: Exception | str, code: int = 2) -> NoReturn:
+    """One `error: <message>` line on stderr, then exit with `code` (2: bad input, no traceback)."""
+    print(f"{ERROR_PREFIX}{e}", file=sys.stderr)
+    sys.exit(code)
 
 
 class DataError(RuntimeError):

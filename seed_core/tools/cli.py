@@ -13,7 +13,7 @@ from pathlib import Path
 from seed_core.config import ConfigError, explain_markdown, load_params, to_dict
 from seed_core.envs.alfworld.data import DataError, data_root, install
 from seed_core.models import ModelError
-from seed_core.records import StorageError
+from seed_core.records import StorageError, exit_with_error
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -114,8 +114,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
 
 def _fail(e: Exception) -> None:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
+    exit_with_error(e)
 
 
 def _emit(text: str, out: str | None) -> None:
@@ -160,12 +159,11 @@ def cmd_sweep(args: argparse.Namespace) -> None:
     )
     failed = [s["name"] for s in summary if s["status"] != "success"]
     if failed:
-        print(
-            f"error: {len(failed)} of {len(summary)} sweep runs did not succeed: {', '.join(failed)} "
+        exit_with_error(
+            f"{len(failed)} of {len(summary)} sweep runs did not succeed: {', '.join(failed)} "
             f"(the others are collected in {args.results}/)",
-            file=sys.stderr,
+            code=1,
         )
-        sys.exit(1)
 
 
 def cmd_skills(args: argparse.Namespace) -> None:
@@ -486,8 +484,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         args.func(args)
     except (ConfigError, DataError, ModelError, StorageError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        exit_with_error(e)
 
 
 if __name__ == "__main__":
