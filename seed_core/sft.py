@@ -24,12 +24,10 @@ the same as above. LoRA adapts the language model only; the vision encoder train
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import shutil
 import tempfile
 import time
-import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -103,26 +101,30 @@ def sft_args(out_dir: Path, settings: SFTSettings, cpu: bool):
     )
 
 
-def prepare(tokenizer, examples: list[dict]):
-    """The dataset exactly as SFTTrainer prepares it (columns `input_ids`, `labels`), without a model.
+def prepare(tokenizer, examples: list[dict]) -> dict[str, list[list[int]]]:
+    """{"input_ids", "labels"} of each example as SFTTrainer trains conversational prompt-completion data with
+    the loss on the completion only: the prompt is the chat template of the user message up to the assistant
+    header, and every later token of the whole exchange's template (the answer and its end of turn) is labelled.
+    `tests/test_sft.py` holds this to the trainer's own prepared dataset."""
+    rows: dict[str, list[list[int]]] = {"input_ids": [], "labels": []}
+    for x in examples:
+        user = [{"role": "user", "content": x["prompt"]}]
+        prompt = _token_ids(tokenizer.apply_chat_template(user, add_generation_prompt=True, tokenize=True))
+        exchange = user + [{"role": "assistant", "content": x["completion"]}]
+        full = _token_ids(tokenizer.apply_chat_template(exchange, tokenize=True))
+        rows["input_ids"].append(full)
+        rows["labels"].append([IGNORE] * len(prompt) + full[len(prompt) :])
+    return rows
 
-    Runs trl's own `SFTTrainer._prepare_dataset` with the three attributes its constructor would have set,
-    so the tokens and the loss mask are the ones training uses (the tests check this against a trainer).
-    The config is SFTConfig's field defaults plus DATA_ARGS, not an SFTConfig instance: building one resets
-    accelerate's global state, which would break a trainer that is alive.
-    """
-    from trl import SFTConfig, SFTTrainer
 
-    defaults = {f.name: f.default for f in dataclasses.fields(SFTConfig) if f.default is not dataclasses.MISSING}
-    args = types.SimpleNamespace(**{**defaults, **DATA_ARGS, "max_length": None})
-    stand_in = types.SimpleNamespace(completion_only_loss=True, chat_template=None, _tokenizer=tokenizer)
-    return SFTTrainer._prepare_dataset(stand_in, to_conversational(examples), tokenizer, args, False, None, "train")
+def _token_ids(encoded) -> list[int]:
+    return list(encoded["input_ids"] if isinstance(encoded, dict) or hasattr(encoded, "keys") else encoded)
 
 
 def completion_mask(tokenizer, example: dict) -> tuple[list[int], list[bool]]:
     """(input_ids, mask) of one example as trained: mask[i] is True where token i carries loss."""
-    row = prepare(tokenizer, [example])[0]
-    return row["input_ids"], [label != IGNORE for label in row["labels"]]
+    row = prepare(tokenizer, [example])
+    return row["input_ids"][0], [label != IGNORE for label in row["labels"][0]]
 
 
 def _fitting(tokenizer, examples: list[dict], max_seq_len: int, vision=None) -> list[dict]:

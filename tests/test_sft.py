@@ -159,7 +159,7 @@ def test_no_usable_training_examples_is_an_error(tiny_dir, tmp_path):
 
 def test_prepare_drops_nothing_and_tokenizes_every_row(tok):
     rows = prepare(tok, _dataset(5))
-    assert len(rows) == 5 and all(any(label != IGNORE for label in r) for r in rows["labels"])
+    assert len(rows["input_ids"]) == 5 and all(any(label != IGNORE for label in r) for r in rows["labels"])
 
 
 def test_sft_recomputes_activations_only_for_long_micro_batches(tmp_path):
