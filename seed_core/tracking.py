@@ -158,16 +158,16 @@ def track_stage(stage: str, params: Any, metrics: Mapping[str, Any]) -> None:
     config = dataclasses.asdict(params) if dataclasses.is_dataclass(params) else dict(params)
     tracker = Tracker(stage, config)
     if tracker.run is not None:
-        tracker.run.summary.update(_flat_numbers(metrics))
+        tracker.run.summary.update(flat_numbers(metrics))
     tracker.finish()
 
 
-def _flat_numbers(d: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+def flat_numbers(d: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
     out: dict[str, float] = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, Mapping):
-            out.update(_flat_numbers(v, key + "/"))
+            out.update(flat_numbers(v, key + "/"))
         elif isinstance(v, (int, float)) and not isinstance(v, bool):
             out[key] = v
     return out

@@ -109,7 +109,7 @@ def test_train_analyzer_end_to_end(alfworld_root, tiny_model_dir, sft_set, tmp_p
 
 def test_rehearsal_examples_are_the_first_warmup_games_expert_steps(alfworld_root, train_manifest):  # noqa: F811
     from seed_core.envs.alfworld.data import game_path, read_manifest
-    from seed_core.envs.alfworld.expert import _walkthrough, expert_examples
+    from seed_core.envs.alfworld.expert import expert_examples, walkthrough_of
 
     params = params_from_dict(
         {
@@ -120,7 +120,7 @@ def test_rehearsal_examples_are_the_first_warmup_games_expert_steps(alfworld_roo
     )
     first = read_manifest(train_manifest, alfworld_root)[0]
     got = rehearsal_examples(params, train_manifest, Alfworld(str(alfworld_root)))
-    walkthrough = _walkthrough(game_path(alfworld_root, first.game_id))
+    walkthrough = walkthrough_of(game_path(alfworld_root, first.game_id))
     assert len(got) == len(walkthrough) > 0
     assert [x["completion"].rsplit("<action>", 1)[1].removesuffix("</action>") for x in got] == walkthrough
     assert got == [

@@ -33,12 +33,12 @@ def test_cut_at_stop_string_and_eos(base_model_dir):
     policy = tiny_policy(base_model_dir)
     tok = policy.tok
     ids = tok.encode("<think>a</think><action>look</action> and more text", add_special_tokens=False)
-    g = policy._cut(ids, [-1.0] * len(ids), ["</action>"])
+    g = policy.cut_at_stop(ids, [-1.0] * len(ids), ["</action>"])
     assert g.text == "<think>a</think><action>look</action>" and g.finished
     assert tok.decode(g.token_ids).endswith("</action>") and len(g.logprobs) == len(g.token_ids)
-    g = policy._cut(ids[:5] + [tok.eos_token_id, 7, 8], [-1.0] * 8, ["</action>"])
+    g = policy.cut_at_stop(ids[:5] + [tok.eos_token_id, 7, 8], [-1.0] * 8, ["</action>"])
     assert g.token_ids == ids[:5] + [tok.eos_token_id] and g.finished
-    g = policy._cut(ids[:5], [-1.0] * 5, ["</action>"])
+    g = policy.cut_at_stop(ids[:5], [-1.0] * 5, ["</action>"])
     assert not g.finished and g.token_ids == ids[:5]
 
 

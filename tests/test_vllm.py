@@ -68,7 +68,7 @@ def test_stop_strings_and_eos_are_cut_as_the_hf_backend_cuts_them(engine, hf):
         gens = engine.generate(PROMPTS, temperature=0.0, max_new_tokens=48, stop=stop)
         for g in gens:
             # HF's own cut of the same tokens (stop string kept, EOS kept as a token) gives the same generation
-            again = hf._cut(list(g.token_ids), list(g.logprobs), stop)
+            again = hf.cut_at_stop(list(g.token_ids), list(g.logprobs), stop)
             assert (again.text, again.token_ids, again.finished) == (g.text, g.token_ids, g.finished)
             if g.finished and g.token_ids[-1] != eos:
                 assert g.text.endswith(stop[0])

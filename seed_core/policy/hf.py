@@ -299,9 +299,9 @@ class HFPolicy:
             )
         new = out.sequences[:, width:]  # (B, T)
         logprobs = recorder.finish(new)
-        return [self._cut(new[b].tolist(), logprobs[b].tolist(), stop) for b in range(len(batch))]
+        return [self.cut_at_stop(new[b].tolist(), logprobs[b].tolist(), stop) for b in range(len(batch))]
 
-    def _cut(self, ids: list[int], lps: list[float], stop: Sequence[str]) -> Generation:
+    def cut_at_stop(self, ids: list[int], lps: list[float], stop: Sequence[str]) -> Generation:
         """Trim one generated row at EOS (kept as a token) or right after the first stop string."""
         eos = self.tok.eos_token_id
         finished = False

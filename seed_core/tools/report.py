@@ -379,7 +379,7 @@ def learning_curve_summary(groups: dict[str, list[Run]]) -> dict[str, dict]:
     return out
 
 
-def _band(per_x: dict[float, list[float]]) -> list[list[tuple[float, float, float]]]:
+def interval_band(per_x: dict[float, list[float]]) -> list[list[tuple[float, float, float]]]:
     """The 95% t-interval as (x, low, high) at each x where at least 2 seeds have a value, split where an x has
     fewer, so that no band is drawn across an x where the interval is undefined."""
     segments: list[list[tuple[float, float, float]]] = [[]]
@@ -614,7 +614,7 @@ def _series(groups: dict[str, list[Run]], metric: str) -> list[dict]:
                     "x": xs,
                     "y": [statistics.fmean(per_update[x]) for x in xs],
                     "bold": True,
-                    "band": _band(per_update),
+                    "band": interval_band(per_update),
                 }
             )
     return series

@@ -19,9 +19,9 @@ from seed_core.tools.report import (
     COLORS,
     ReportError,
     Run,
-    _band,
     discover,
     group,
+    interval_band,
     learning_curve_summary,
     mean_ci,
     paired_difference,
@@ -351,7 +351,7 @@ def test_band_needs_two_seeds(tmp_path):
     one = learning_curve_summary(groups)["seed"]
     assert one["train_success_by_epoch"] == [[0.5, None], [1.0, None]] and one["train_success_auc"] == [0.75, None]
     # the band breaks where fewer than 2 seeds have a value, rather than bridging it
-    assert _band({0: [0.0, 1.0], 1: [0.5], 2: [0.2, 0.2], 3: [0.4, 0.4]}) == [
+    assert interval_band({0: [0.0, 1.0], 1: [0.5], 2: [0.2, 0.2], 3: [0.4, 0.4]}) == [
         [(0, 0.5 - 12.706 * 0.5, 0.5 + 12.706 * 0.5)],
         [(2, 0.2, 0.2), (3, 0.4, 0.4)],
     ]

@@ -246,3 +246,16 @@ def test_the_rl_stage_declares_its_paths_once():
     assert sorted(outs + metrics) == sorted([PATHS.runs_dir, PATHS.out_dir, PATHS.plots, PATHS.metrics])
     manifests = [d for d in stage["deps"] if d.startswith(PATHS.manifest_dir + "/")]
     assert manifests and set(INIT.values()) <= set(stage["deps"])
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "tests").rglob("*.py")), ids=rel)
+def test_no_test_imports_a_private_name(path):
+    """Tests hold the library to its public names: a private one may change without notice."""
+    bad = sorted(
+        f"{node.module}.{a.name}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("seed_core")
+        for a in node.names
+        if a.name.startswith("_")
+    )
+    assert not bad, f"{rel(path)} imports private names {bad}: test through the public API, or make them public"

@@ -153,9 +153,9 @@ def test_disabled_is_a_no_op(monkeypatch, tmp_path):
 
 
 def test_track_stage_summary(wandb_dirs):
-    from seed_core.tracking import _flat_numbers, track_stage
+    from seed_core.tracking import flat_numbers, track_stage
 
-    assert _flat_numbers({"base": {"valid_seen": {"success/macro": 0.5, "n": 2, "ok": True}}, "name": "x"}) == {
+    assert flat_numbers({"base": {"valid_seen": {"success/macro": 0.5, "n": 2, "ok": True}}, "name": "x"}) == {
         "base/valid_seen/success/macro": 0.5,
         "base/valid_seen/n": 2,
     }

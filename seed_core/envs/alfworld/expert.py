@@ -106,7 +106,7 @@ def expert_examples(data_root: Path, entries: list[GameEntry], env: EnvConfig, p
         chunk = entries[c : c + REPLAY_CHUNK]
         with EnvPool(data_root, env.workers) as pool:
             games = [
-                _Replay(e, _walkthrough(game_path(data_root, e.game_id)), s, s.task)
+                _Replay(e, walkthrough_of(game_path(data_root, e.game_id)), s, s.task)
                 for e, s in zip(chunk, pool.reset([e.game_id for e in chunk]))
             ]
             for t in range(env.max_steps):
@@ -136,7 +136,7 @@ def expert_examples(data_root: Path, entries: list[GameEntry], env: EnvConfig, p
     return examples
 
 
-def _walkthrough(path: Path) -> list[str]:
+def walkthrough_of(path: Path) -> list[str]:
     """The stored expert actions (as `AlfworldGame.walkthrough`, without starting the game), lower-cased
     because that is the form `parse_response` gives and `rollout.play` sends."""
     return [a.lower() for a in json.loads(path.read_text())["walkthrough"]]
