@@ -77,6 +77,7 @@ def test_mode_offline_unless_configured(monkeypatch):
     assert wandb_mode() == "disabled"
 
 
+@pytest.mark.e2e  # an offline W&B run starts its wandb-core service process
 def test_offline_run_has_params_skills_and_dvc_refs_but_no_secret(tmp_path, wandb_dirs, monkeypatch):
     # the teacher's key lives in the variable teacher.api_key_env names, and leaked into a params string
     monkeypatch.setenv("MY_TEACHER_CREDENTIAL", SECRET)
@@ -152,6 +153,7 @@ def test_disabled_is_a_no_op(monkeypatch, tmp_path):
     assert not os.listdir(tmp_path)
 
 
+@pytest.mark.e2e  # an offline W&B run starts its wandb-core service process
 def test_track_stage_summary(wandb_dirs):
     from seed_core.tracking import flat_numbers, track_stage
 
