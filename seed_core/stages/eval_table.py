@@ -50,8 +50,38 @@ def markdown_table(results: dict[str, dict[str, dict[str, dict[str, float]]]]) -
     )
 
 
-def run_eval_table(params: Params, metrics_dir: Path, metrics_path: Path, table_path: Path) -> dict:
-    """{model: {split: {mode: metrics}}} of every model in `evaluate.models`, to `metrics_path` and `table_path`."""
+SPLIT_SHORT = {"valid_seen": "seen", "valid_unseen": "unseen"}
+
+
+def headline(results: dict, sft_data: dict | None = None, analyzer: dict | None = None) -> dict[str, float]:
+    """The numbers a reproduction compares first, under keys short enough for `dvc metrics show` to fit a terminal:
+    `<split>/<model>`, each model's success (micro) on each split in the first evaluation mode (greedy by default);
+    `parse/teacher`, the share of Stage-1 teacher answers that parsed; `parse/before`, `parse/after`, the analyzer's
+    held-out parse rate before and after Stage 1."""
+    out = {
+        f"{SPLIT_SHORT.get(split, split)}/{model}": next(iter(modes.values()))["success/micro"]
+        for model, splits in results.items()
+        for split, modes in splits.items()
+    }
+    if sft_data and "sft_data/parse_rate" in sft_data:
+        out["parse/teacher"] = sft_data["sft_data/parse_rate"]
+    for when in ("before", "after"):
+        if analyzer and f"analyzer/{when}/parse_rate" in analyzer:
+            out[f"parse/{when}"] = analyzer[f"analyzer/{when}/parse_rate"]
+    return out
+
+
+def run_eval_table(
+    params: Params,
+    metrics_dir: Path,
+    metrics_path: Path,
+    table_path: Path,
+    headline_path: Path,
+    stage_metrics: dict[str, Path],
+) -> dict:
+    """{model: {split: {mode: metrics}}} of every model in `evaluate.models`, to `metrics_path` and `table_path`;
+    the `headline` of those and of `stage_metrics` (`sft_data`, `analyzer`: their metrics files, read where they
+    exist) to `headline_path`."""
     results = {}
     for name in params.evaluate.models:
         path = Path(metrics_dir) / f"{name}.json"
@@ -60,4 +90,6 @@ def run_eval_table(params: Params, metrics_dir: Path, metrics_path: Path, table_
         results[name] = json.loads(path.read_text())
     write_json(metrics_path, results)
     atomic_write_text(table_path, markdown_table(results))
+    stages = {k: json.loads(Path(p).read_text()) for k, p in stage_metrics.items() if Path(p).is_file()}
+    write_json(headline_path, headline(results, **stages))
     return results

@@ -2,6 +2,7 @@
 
 import pytest
 
+from seed_core.config import Params
 from seed_core.records import Trajectory
 from seed_core.rollout import summarize
 from seed_core.stages.eval_table import markdown_table
@@ -77,3 +78,23 @@ def test_update_statistics_reduce_by_their_declared_operation():
     assert STAT_REDUCTION["mismatch/abs_max"] == "max" and STAT_REDUCTION["loss/pg"] == "mean"
     with pytest.raises(KeyError, match="'train/new_stat' has no reduction: add it to method.update.STAT_REDUCTION"):
         sums.add({"train/new_stat": 1.0}, tokens=1)
+
+
+def test_headline_holds_success_per_model_and_split_and_the_parse_rates():
+    from seed_core.stages.eval_table import headline
+
+    run = {"success/micro": 0.25, "success/macro": 0.5}
+    results = {m: {"valid_seen": {"greedy": run, "sampled": {"success/micro": 0.9}}, "valid_unseen": {"greedy": run}}
+               for m in ("base", "perception", "warmup", "analyzer", "rl")}  # fmt: skip
+    sft_data = {"sft_data/parse_rate": 1.0}
+    analyzer = {"analyzer/before/parse_rate": 0.0, "analyzer/after/parse_rate": 0.75}
+    out = headline(results, sft_data, analyzer)
+    assert out["seen/rl"] == 0.25 and out["unseen/analyzer"] == 0.25  # the first mode's, not the sampled one
+    assert (out["parse/teacher"], out["parse/before"], out["parse/after"]) == (1.0, 0.0, 0.75)
+    assert len(out) == 13 and headline(results).keys() == {k for k in out if not k.startswith("parse/")}
+    # `dvc metrics show` of the default evaluation (base, warm-up, RL): the path column, then one column per key,
+    # each as wide as its key or a 5-digit value
+    default = headline({m: results[m] for m in Params().evaluate.models}, sft_data, analyzer)
+    assert len(default) == 9
+    width = len("metrics/headline.json") + sum(max(len(k), len("0.12345")) + 2 for k in default)
+    assert width <= 160, width

@@ -242,7 +242,7 @@ def test_the_rl_stage_declares_its_paths_once():
 
     stage = dvc_stages()["rl"]
     outs = [o if isinstance(o, str) else next(iter(o)) for o in stage["outs"]]
-    metrics = [next(iter(m)) if isinstance(m, dict) else m for m in stage["metrics"]]
+    metrics = [next(iter(m)) if isinstance(m, dict) else m for m in stage.get("metrics", [])]
     assert sorted(outs + metrics) == sorted([PATHS.runs_dir, PATHS.out_dir, PATHS.plots, PATHS.metrics])
     manifests = [d for d in stage["deps"] if d.startswith(PATHS.manifest_dir + "/")]
     assert manifests and set(INIT.values()) <= set(stage["deps"])
@@ -259,3 +259,11 @@ def test_no_test_imports_a_private_name(path):
         if a.name.startswith("_")
     )
     assert not bad, f"{rel(path)} imports private names {bad}: test through the public API, or make them public"
+
+
+def test_one_metrics_file_the_headline():
+    """`dvc metrics show` prints one column per key of every declared metrics file: only the headline is one."""
+    declared = [
+        next(iter(m)) if isinstance(m, dict) else m for s in dvc_stages().values() for m in s.get("metrics", [])
+    ]
+    assert declared == ["metrics/headline.json"]
