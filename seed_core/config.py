@@ -72,14 +72,32 @@ class PrepareConfig:
 
 
 @dataclass(frozen=True)
+class AlfworldConfig:
+    hosts: Literal["local", "ray"] = "local"
+    """Where the game workers run: `local` processes, or `ray` actors on a Ray cluster (only where environment CPU
+    outgrows the GPU nodes; same transcripts). The games must sit at the same path on every node."""
+    ray_address: str | None = None
+    """With `hosts: ray`, the cluster to join (`auto`, or what `ray start --head` printed); null starts a private
+    local cluster."""
+
+
+@dataclass(frozen=True)
+class SokobanConfig:
+    dim: tuple[int, ...] = (6, 6)
+    """Room size [rows, cols], walls included (verl-agent: 6x6)."""
+    boxes: int = 1
+    """Boxes (and targets) per room (verl-agent: 1)."""
+
+
+@dataclass(frozen=True)
 class EnvConfig:
     name: str = "alfworld"
     """The game, one of `envs.GAMES`: `alfworld` (real ALFWorld games from data.alfworld_data) or `sokoban` (rooms
     generated from seeds, gym-sokoban's rules)."""
-    sokoban_dim: tuple[int, ...] = (6, 6)
-    """Sokoban room size [rows, cols], walls included (verl-agent: 6x6)."""
-    sokoban_boxes: int = 1
-    """Boxes (and targets) per Sokoban room (verl-agent: 1)."""
+    alfworld: AlfworldConfig = field(default_factory=AlfworldConfig)
+    """ALFWorld's own settings (read with `name: alfworld`)."""
+    sokoban: SokobanConfig = field(default_factory=SokobanConfig)
+    """Sokoban's own settings (read with `name: sokoban`)."""
     max_steps: int = 30
     """Episode length cap (paper: 30 for ALFWorld)."""
     history_length: int = 5
@@ -90,12 +108,6 @@ class EnvConfig:
     """Subtracted for every step whose response is badly formatted (paper: 0.1)."""
     workers: int = 2
     """Environment worker processes; 0 steps every game in the main process."""
-    hosts: Literal["local", "ray"] = "local"
-    """Where ALFWorld's workers run: `local` processes, or `ray` actors on a Ray cluster (only where environment CPU
-    outgrows the GPU nodes; same transcripts). The games must sit at the same path on every node."""
-    ray_address: str | None = None
-    """With `hosts: ray`, the cluster to join (`auto`, or what `ray start --head` printed); null starts a private
-    local cluster."""
     observation: Literal["text", "image", "both"] = "text"
     """What the agent sees of a Sokoban room: the grid as `text`, its 16-px-per-tile rendering as an `image`
     (a vision-language model; verl-agent's visual Sokoban), or `both`. Steps store the grid text either way; the

@@ -46,7 +46,9 @@ def test_ray_actor_pool_gives_envpool_transcripts(alfworld_root, cluster):
 
 
 def test_env_hosts_ray_opens_the_actor_pool(alfworld_root, cluster):
-    env = environment(params_from_dict({"data": {"alfworld_data": str(alfworld_root)}, "env": {"hosts": "ray"}}))
+    env = environment(
+        params_from_dict({"data": {"alfworld_data": str(alfworld_root)}, "env": {"alfworld": {"hosts": "ray"}}})
+    )
     with env.open_pool(2) as pool:
         assert isinstance(pool, RayEnvPool)
 

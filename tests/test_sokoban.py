@@ -86,8 +86,8 @@ def test_bad_manifests_and_params_are_refused(manifests):
     (d / "leak.json").write_text(json.dumps(m))
     with pytest.raises(DataError, match=r"seed 1000005 of split 'train' is outside its range \[0, 1000000\)"):
         env.read_manifest(d / "leak.json")
-    other = environment(sokoban_params(env={"sokoban_dim": [7, 7]}))
-    with pytest.raises(DataError, match=r"no longer matches its recorded sha256.*sokoban_dim=\[7, 7\]"):
+    other = environment(sokoban_params(env={"sokoban": {"dim": [7, 7]}}))
+    with pytest.raises(DataError, match=r"no longer matches its recorded sha256.*sokoban.dim=\[7, 7\]"):
         other.read_manifest(d / "train.json")
     m["games"][0]["game_id"] = "valid_seen/x"
     (d / "bad.json").write_text(json.dumps(m))
@@ -95,10 +95,10 @@ def test_bad_manifests_and_params_are_refused(manifests):
         env.read_manifest(d / "bad.json")
     with pytest.raises(ConfigError, match=r"`env.name` must be one of \['alfworld', 'sokoban'\], got 'chess'"):
         sokoban_params(env={"name": "chess"})
-    with pytest.raises(ConfigError, match="env.sokoban_boxes"):
-        sokoban_params(env={"sokoban_boxes": 50})
-    with pytest.raises(ConfigError, match="env.sokoban_dim"):
-        sokoban_params(env={"sokoban_dim": [3, 3]})
+    with pytest.raises(ConfigError, match="env.sokoban.boxes"):
+        sokoban_params(env={"sokoban": {"boxes": 50}})
+    with pytest.raises(ConfigError, match="env.sokoban.dim"):
+        sokoban_params(env={"sokoban": {"dim": [3, 3]}})
 
 
 def test_expert_steps_replay_through_the_rollout_with_the_rules_rewards(manifests):
@@ -208,10 +208,10 @@ def test_one_rl_update_per_method_on_sokoban(method, advantage, tiny_model_dir, 
 
 
 def test_a_run_fingerprint_survives_its_json_round_trip(tmp_path):
-    """run.json stores the fingerprint as JSON: a tuple param (env.sokoban_dim) must compare equal on resume."""
+    """run.json stores the fingerprint as JSON: a tuple param (env.sokoban.dim) must compare equal on resume."""
     (tmp_path / "model.safetensors").write_bytes(b"weights")
     fp = fingerprint(sokoban_params(), tmp_path)
-    assert json.loads(json.dumps(fp)) == fp and fp["params"]["env"]["sokoban_dim"] == [6, 6]
+    assert json.loads(json.dumps(fp)) == fp and fp["params"]["env"]["sokoban"]["dim"] == [6, 6]
 
 
 class SolverPolicy:

@@ -250,7 +250,7 @@ def test_what_does_not_fit_is_refused_naming_the_fix(composite_dir, tiny_model_d
     with pytest.raises(ConfigError, match="only Sokoban renders images"):
         params_from_dict({"env": {"observation": "image"}})
     with pytest.raises(ConfigError, match="vision.image_size.*image_size 128"):
-        params_from_dict({"env": {"name": "sokoban", "sokoban_dim": [8, 8]}, "vision": {"composite": True}})
+        params_from_dict({"env": {"name": "sokoban", "sokoban": {"dim": [8, 8]}}, "vision": {"composite": True}})
 
     p = visual_params()
     with pytest.raises(VisionError, match="env.observation.*text-only model.*vision.composite: true"):

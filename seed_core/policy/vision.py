@@ -37,7 +37,7 @@ def check_image(image, size: tuple[int, int] | None = None) -> np.ndarray:
     if size is not None and arr.shape[:2] != size:
         raise VisionError(
             f"the image is {arr.shape[0]}x{arr.shape[1]} px but the model's vision encoder takes {size[0]}x{size[1]}: "
-            "set vision.image_size to 16 x the room side and re-run prepare (or change env.sokoban_dim)"
+            "set vision.image_size to 16 x the room side and re-run prepare (or change env.sokoban.dim)"
         )
     return arr
 

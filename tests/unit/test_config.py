@@ -19,7 +19,7 @@ def test_default_params_file_loads():
         ({"envv": {}}, "unknown key `envv`"),
         (
             {"env": {"max_step": 3}},
-            "unknown key `env.max_step`; allowed keys here: ['history_length', 'hosts', 'invalid_penalty', 'max_steps', 'name', 'observation', 'ray_address', 'sokoban_boxes', 'sokoban_dim', 'win_reward', 'workers']",
+            "unknown key `env.max_step`; allowed keys here: ['alfworld', 'history_length', 'invalid_penalty', 'max_steps', 'name', 'observation', 'sokoban', 'win_reward', 'workers']",
         ),
         ({"env": {"max_steps": "ten"}}, "`env.max_steps` must be an integer, got 'ten'"),
         ({"env": {"max_steps": 0}}, "`env.max_steps` must be >= 1"),

@@ -94,13 +94,13 @@ def test_sha256_covers_layout_boxes_and_player():
 @pytest.mark.parametrize(
     "dim, boxes, names",
     [
-        ((4, 6), 1, "env.sokoban_dim"),
-        ((6, 3), 1, "env.sokoban_dim"),
-        ((6,), 1, "env.sokoban_dim"),
-        ("6x6", 1, "env.sokoban_dim"),
-        ((6, 6), 0, "env.sokoban_boxes"),
-        ((6, 6), 6, "env.sokoban_boxes"),
-        ((6, 6), True, "env.sokoban_boxes"),
+        ((4, 6), 1, "env.sokoban.dim"),
+        ((6, 3), 1, "env.sokoban.dim"),
+        ((6,), 1, "env.sokoban.dim"),
+        ("6x6", 1, "env.sokoban.dim"),
+        ((6, 6), 0, "env.sokoban.boxes"),
+        ((6, 6), 6, "env.sokoban.boxes"),
+        ((6, 6), True, "env.sokoban.boxes"),
     ],
 )
 def test_impossible_parameters_name_the_parameter(dim, boxes, names):

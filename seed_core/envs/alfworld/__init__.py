@@ -43,8 +43,8 @@ class Alfworld:
             f"is {env.observation!r}, but only Sokoban renders images; set it to text for env.name {env.name!r}",
         )
         require(
-            env.hosts == "local" or env.workers >= 1,
-            "env.hosts",
+            env.alfworld.hosts == "local" or env.workers >= 1,
+            "env.alfworld.hosts",
             f"is ray, which hosts ALFWorld's workers (env.workers >= 1); got env.name {env.name!r} with "
             f"env.workers {env.workers}",
         )
@@ -61,7 +61,7 @@ class Alfworld:
 
     @classmethod
     def from_params(cls, params) -> Alfworld:
-        return cls(params.data.alfworld_data, params.env.hosts, params.env.ray_address)
+        return cls(params.data.alfworld_data, params.env.alfworld.hosts, params.env.alfworld.ray_address)
 
     @staticmethod
     def step_prompt(env, task: str, observation: str, actions: list[str], history: list[tuple[str, str]]) -> str:
@@ -78,7 +78,7 @@ class Alfworld:
         from seed_core.envs.alfworld.data import data_root
 
         self.root = data_root(configured_root)
-        self.hosts, self.ray_address = hosts, ray_address  # where `open_pool`'s workers run (`env.hosts`)
+        self.hosts, self.ray_address = hosts, ray_address  # where `open_pool`'s workers run (`env.alfworld.hosts`)
         self._facts_oracle = None  # reads each game file once for `key_names`
 
     def write_manifests(self, cfg, manifest_dir: Path) -> dict[str, int]:

@@ -122,11 +122,11 @@ class Sokoban:
 
         env = params.env
         try:
-            check_room_params(env.sokoban_dim, env.sokoban_boxes)
+            check_room_params(env.sokoban.dim, env.sokoban.boxes)
         except GenerationError as e:  # its message names the key and what fits
             raise ConfigError(str(e)) from None
         if params.vision.composite:
-            rows, cols = env.sokoban_dim
+            rows, cols = env.sokoban.dim
             fits = 16 * rows
             require(
                 rows == cols and params.vision.image_size == fits,
@@ -135,16 +135,10 @@ class Sokoban:
                 f"{16 * rows}x{16 * cols}; the composite needs a square room and image_size "
                 f"{fits if rows == cols else '16 x side'}",
             )
-        require(
-            env.hosts == "local",
-            "env.hosts",
-            f"is ray, which hosts ALFWorld's workers (env.workers >= 1); got env.name {env.name!r} with "
-            f"env.workers {env.workers}",
-        )
 
     @classmethod
     def from_params(cls, params) -> Sokoban:
-        return cls(tuple(params.env.sokoban_dim), params.env.sokoban_boxes)
+        return cls(tuple(params.env.sokoban.dim), params.env.sokoban.boxes)
 
     @staticmethod
     def step_prompt(env, task: str, observation: str, actions: list[str], history: list[tuple[str, str]]) -> str:
@@ -210,7 +204,7 @@ class Sokoban:
             if self._pool.room(seed).sha256() != e.sha256:
                 raise DataError(
                     f"Sokoban room {seed} of manifest {path} no longer matches its recorded sha256 (the generator "
-                    f"or env.sokoban_dim={list(self.dim)} / env.sokoban_boxes={self.num_boxes} changed); "
+                    f"or env.sokoban.dim={list(self.dim)} / env.sokoban.boxes={self.num_boxes} changed); "
                     "re-run prepare (`dvc repro prepare`)"
                 )
         return entries

@@ -411,7 +411,7 @@ def check_skill(text: str, room: Room, actions: Sequence[str | None], a: Episode
 
 class SokobanOracleTeacher:
     """Hindsight skills for Sokoban trajectories (no model, no network): rooms regenerated from their seeds with
-    `dim` and `num_boxes` (the rollout's env.sokoban_dim / env.sokoban_boxes).
+    `dim` and `num_boxes` (the rollout's env.sokoban.dim / env.sokoban.boxes).
 
     Used through `seed_core.method.skills.analyze`, which hands it the Trajectory records (`complete_trajectories`)
     instead of analyzer prompts. Rooms are generated once per seed."""

@@ -296,17 +296,17 @@ def check_room_params(dim, num_boxes) -> tuple[int, int]:
         or len(dim) != 2
         or not all(isinstance(d, (int, np.integer)) and not isinstance(d, bool) for d in dim)
     ):
-        raise GenerationError(f"params: `env.sokoban_dim` must be [rows, cols] (two integers), got {dim!r}")
+        raise GenerationError(f"params: `env.sokoban.dim` must be [rows, cols] (two integers), got {dim!r}")
     h, w = int(dim[0]), int(dim[1])
     if h < 5 or w < 5:
         raise GenerationError(
-            f"params: `env.sokoban_dim` is {[h, w]}; each side must be >= 5 (walls included, so the interior is at "
+            f"params: `env.sokoban.dim` is {[h, w]}; each side must be >= 5 (walls included, so the interior is at "
             "least 3x3 and a box can be pushed)"
         )
     most = (h - 2) * (w - 2) // 3
     if not isinstance(num_boxes, (int, np.integer)) or isinstance(num_boxes, bool) or not 1 <= num_boxes <= most:
         raise GenerationError(
-            f"params: `env.sokoban_boxes` is {num_boxes!r}; with env.sokoban_dim {[h, w]} it must be an integer from 1 "
+            f"params: `env.sokoban.boxes` is {num_boxes!r}; with env.sokoban.dim {[h, w]} it must be an integer from 1 "
             f"to {most} (a third of the {(h - 2) * (w - 2)} interior cells)"
         )
     return h, w
@@ -335,7 +335,7 @@ def generate_room(seed: int, dim: tuple[int, int] = (6, 6), num_boxes: int = 1, 
     raise GenerationError(
         f"no solvable room for seed {seed} with dim {(h, w)} and {_plural(num_boxes)} within {tries} "
         f"{'try' if tries == 1 else 'tries'}; each random walk left too little floor to pull every box off its "
-        "target. Use another seed, a larger env.sokoban_dim or fewer env.sokoban_boxes"
+        "target. Use another seed, a larger env.sokoban.dim or fewer env.sokoban.boxes"
     )
 
 
