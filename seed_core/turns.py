@@ -13,6 +13,12 @@ TASK_LINE_PREFIX = "Your task is to: "
 block after it."""
 
 
+ANSWER_INSTRUCTION = """Now it's your turn to take an action.
+You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags.
+Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags."""
+"""The end of every step prompt: how to answer (verl-agent's wording)."""
+
+
 def recent(history: list[tuple[str, str]], history_length: int) -> tuple[int, list[tuple[str, str]]]:
     """The last `history_length` pairs of `history` and the 1-based step number of the first of them."""
     shown = history[-history_length:] if history_length > 0 else []

@@ -5,26 +5,28 @@ the content and order are the protocol's."""
 
 from __future__ import annotations
 
-from seed_core.turns import format_actions, recent
+from seed_core.turns import ANSWER_INSTRUCTION, format_actions, recent
 
-STEP_PROMPT_NO_HISTORY = """You are an expert agent operating in the ALFRED embodied environment.
+STEP_PROMPT_NO_HISTORY = (
+    """You are an expert agent operating in the ALFRED embodied environment.
 Your task is to: {task}
 Your current observation is: {observation}
 Your admissible actions of the current situation are: [{actions}].
 
-Now it's your turn to take an action.
-You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags.
-Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags."""
+"""
+    + ANSWER_INSTRUCTION
+)
 
-STEP_PROMPT = """You are an expert agent operating in the ALFRED embodied environment.
+STEP_PROMPT = (
+    """You are an expert agent operating in the ALFRED embodied environment.
 Your task is to: {task}
 Prior to this step, you have already taken {step_count} step(s). Below are the most recent {history_count} observations and the corresponding actions you took: {history}
 You are now at step {current_step} and your current observation is: {observation}
 Your admissible actions of the current situation are: [{actions}].
 
-Now it's your turn to take an action.
-You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags.
-Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags."""
+"""
+    + ANSWER_INSTRUCTION
+)
 
 
 def step_prompt(

@@ -5,7 +5,7 @@ or both views; the solver's plan as a hint; the perception warm-up's question.""
 from __future__ import annotations
 
 from seed_core.policy.vision import IMAGE_MARK
-from seed_core.turns import format_actions, recent
+from seed_core.turns import ANSWER_INSTRUCTION, format_actions, recent
 
 SOKOBAN_TASK = "push every box (X) onto a target (O)."
 
@@ -20,7 +20,8 @@ SOKOBAN_LEGENDS = {
     "both": f"{SOKOBAN_IMAGE_LEGEND}\n{SOKOBAN_SYMBOLS}",
 }
 
-SOKOBAN_PROMPT = """You are an expert agent playing Sokoban on a grid.
+SOKOBAN_PROMPT = (
+    """You are an expert agent playing Sokoban on a grid.
 Your task is to: {task}
 {legend}
 Rules: moving into a box pushes it one cell if the cell behind it is free. You can only push, never pull, so a box pushed into a corner or against a wall without a target is stuck for good.
@@ -28,9 +29,9 @@ Rules: moving into a box pushes it one cell if the cell behind it is free. You c
 {observation}
 Your admissible actions are [{actions}].
 
-Now it's your turn to take an action.
-You should first reason step-by-step about the current situation. This reasoning process MUST be enclosed within <think> </think> tags.
-Once you've finished your reasoning, you should choose an admissible action for current step and present it within <action> </action> tags."""
+"""
+    + ANSWER_INSTRUCTION
+)
 
 
 def sokoban_step_prompt(
