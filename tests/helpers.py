@@ -11,6 +11,13 @@ from pathlib import Path
 
 import torch
 
+ONE_UPDATE = {
+    "epochs": 1, "updates_per_epoch": 1, "games_per_update": 2, "group_size": 2, "validation_games": 1,
+    "analyzer_max_new_tokens": 16, "learning_rate": 0.01,
+}  # fmt: skip
+"""`rl` settings of a run of one update over 2 games x 2 episodes, with a learning rate that visibly moves a tiny
+model."""
+
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 

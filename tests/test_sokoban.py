@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from helpers import ONE_UPDATE
 from seed_core.config import ConfigError, params_from_dict
 from seed_core.envs import environment
 from seed_core.envs.sokoban.env import EVAL_SEEDS, TRAIN_SEEDS
@@ -163,18 +164,7 @@ def test_one_rl_update_per_method_on_sokoban(method, advantage, tiny_model_dir, 
         env={"max_steps": 3},
         model={"dtype": "float32"},
         rollout={"max_new_tokens": 12, "batch_size": 8, "backend": "hf"},
-        rl={
-            "method": method,
-            "advantage": advantage,
-            "epochs": 1,
-            "updates_per_epoch": 1,
-            "games_per_update": 2,
-            "group_size": 2,
-            "validation_games": 1,
-            "analyzer_max_new_tokens": 16,
-            "sdar_skills": "recipes/sdar_skills_sokoban.yaml",
-            "learning_rate": 0.01,
-        },
+        rl={"method": method, "advantage": advantage, **ONE_UPDATE, "sdar_skills": "recipes/sdar_skills_sokoban.yaml"},
     )
     environment(p).write_manifests(p.prepare, tmp_path / "m")
     run = RLRun(p, tiny_model_dir, tmp_path / "m", tmp_path / "run")

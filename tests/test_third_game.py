@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import ONE_UPDATE
 from seed_core.config import METHODS, params_from_dict
 from seed_core.envs import GAMES, EnvState, GameEntry, environment, game, task_columns
 from seed_core.method.teachers import TeacherStats, budgeted_answer, oracle_answers
@@ -142,17 +143,7 @@ def corridor_params(method: str, tmp_path: Path):
             "prepare": {"train_games": 2},
             "model": {"dtype": "float32"},
             "rollout": {"max_new_tokens": 12, "batch_size": 8, "backend": "hf"},
-            "rl": {
-                "method": method,
-                "epochs": 1,
-                "updates_per_epoch": 1,
-                "games_per_update": 2,
-                "group_size": 2,
-                "validation_games": 1,
-                "analyzer_max_new_tokens": 16,
-                "sdar_skills": str(tmp_path / "sdar.yaml"),
-                "learning_rate": 0.01,
-            },
+            "rl": {"method": method, **ONE_UPDATE, "sdar_skills": str(tmp_path / "sdar.yaml")},
         }  # fmt: skip
     )
 
