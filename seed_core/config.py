@@ -444,8 +444,9 @@ class RLConfig:
     oracle_max_chars: int | None = 300
     """`seed_oracle`: the oracle's skill budget (as `teacher.oracle_max_chars`): the length Stage 1 taught the
     analyzer, so the oracle's skills cost the re-scoring what self-written ones do."""
-    sdar_skills: str = "recipes/sdar_skills_alfworld.yaml"
-    """sdar: one hand-written skill per task type."""
+    sdar_skills: str | None = None
+    """sdar: a YAML file of one hand-written skill per task type; null: the game's own (`Environment.sdar_skills`,
+    e.g. recipes/sdar_skills_alfworld.yaml)."""
     max_nonfinite_in_row: int = 3
     """Updates skipped for NaN/inf in a row before the run stops (no checkpoint from a NaN state)."""
     validation_games: int = 6

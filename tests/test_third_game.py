@@ -70,6 +70,7 @@ class CorridorOracle:
 class Corridor:
     name = "corridor"
     task_types = {"walk": "walk"}
+    sdar_skills = None  # the test's params name one
     closed_actions = True
 
     @classmethod

@@ -70,6 +70,8 @@ class Environment(Protocol):
     name: ClassVar[str]
     task_types: ClassVar[dict[str, str]]
     """Its task types in table order, each with its column name in results tables (ALFWorld's are the paper's)."""
+    sdar_skills: ClassVar[str | None]
+    """Its hand-written skill per task type for the SDAR baseline (a YAML file; `rl.sdar_skills` null reads it)."""
     closed_actions: ClassVar[bool]
     """Whether a well-formatted response must also name an admissible action to be valid: verl-agent counts an
     unknown Sokoban move as invalid (and plays a no-op), while ALFWorld answers an inadmissible command itself."""

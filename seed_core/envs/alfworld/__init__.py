@@ -15,6 +15,7 @@ class Alfworld:
 
     name = "alfworld"
     task_types = dict(zip(TASK_TYPES, ("pick", "look", "clean", "heat", "cool", "pick2")))  # the paper's columns
+    sdar_skills = "recipes/sdar_skills_alfworld.yaml"
     closed_actions = False  # the game answers an inadmissible command itself ("Nothing happens.")
 
     @classmethod

@@ -114,6 +114,7 @@ class Sokoban:
 
     name = "sokoban"
     task_types = {TASK_TYPE: TASK_TYPE}
+    sdar_skills = "recipes/sdar_skills_sokoban.yaml"
     closed_actions = True  # verl-agent counts an unknown move as invalid and plays a no-op
 
     @classmethod

@@ -46,7 +46,12 @@ class RLRun:
         env = environment(params)
         self.train = env.read_manifest(manifest_dir / "train.json")
         self.panel = env.read_manifest(manifest_dir / "valid_seen.json")[: cfg.validation_games]
-        fixed = yaml.safe_load(Path(cfg.sdar_skills).read_text()) if method_spec(cfg.method).skills == "fixed" else None
+        fixed = None
+        if method_spec(cfg.method).skills == "fixed":
+            path = cfg.sdar_skills or env.sdar_skills
+            if path is None:
+                raise ValueError(f"rl.method sdar needs fixed skills: set rl.sdar_skills ({env.name} names none)")
+            fixed = yaml.safe_load(Path(path).read_text())
 
         open_run_dir(params, init_dir, run_dir)
 
