@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.e2e  # a benchmark
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_gpu_check_tiny_runs_the_update_and_shows_why_full_finetuning_keeps_fp32():

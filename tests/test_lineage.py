@@ -28,7 +28,7 @@ from seed_core.tools.lineage import (
 
 pytestmark = pytest.mark.e2e  # a DVC repo
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 GAMES = [
     {"game_id": "train/pick-1/trial_a", "split": "train", "task_type": "pick", "sha256": "a" * 64},
     {"game_id": "train/heat-2/trial_b", "split": "train", "task_type": "heat", "sha256": "b" * 64},

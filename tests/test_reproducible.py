@@ -15,7 +15,7 @@ from seed_core.stages.rl import diff_params  # the RL stage names changed parame
 
 pytestmark = pytest.mark.e2e  # interpreters and a DVC repo
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 
 SAVE = """
 import sys
