@@ -297,4 +297,6 @@ def test_resume_gives_identical_weights_and_refuses_other_params(alfworld_root, 
     assert summary["updates"] == 1 and [v["epoch"] for v in summary["validation"]] == [1]
 
     with pytest.raises(ValueError, match=r"different parameters \(params.rl.method: 'sdar' -> 'grpo'\)"):
-        RLRun(params(method="grpo"), tiny_model_dir, mdir, tmp_path / "b")
+        RLRun(
+            params(method="grpo", sdar_skills="recipes/sdar_skills_alfworld.yaml"), tiny_model_dir, mdir, tmp_path / "b"
+        )

@@ -153,7 +153,9 @@ def test_the_registry_finds_the_game_by_name(corridor, tmp_path):
     p = corridor_params("grpo", tmp_path)
     assert game("corridor") is Corridor and isinstance(environment(p), Corridor)
     assert list(task_columns())[-1] == "walk"  # the game's columns join the results tables
-    with pytest.raises(ValueError, match=r"`env.name` is 'maze'; allowed: \['alfworld', 'corridor', 'sokoban'\]"):
+    with pytest.raises(
+        ValueError, match=r"`env.name` must be one of \['alfworld', 'corridor', 'sokoban'\], got 'maze'"
+    ):
         game("maze")
 
 

@@ -149,7 +149,7 @@ class Environment(Protocol):
 def game(name: str) -> type[Environment]:
     """The `Environment` class registered as `name` in `GAMES`."""
     if name not in GAMES:
-        raise ValueError(f"params: `env.name` is {name!r}; allowed: {sorted(GAMES)}")
+        raise ValueError(f"params: `env.name` must be one of {sorted(GAMES)}, got {name!r}")
     entry = GAMES[name]
     if isinstance(entry, str):
         module, _, cls = entry.partition(":")
