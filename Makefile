@@ -36,7 +36,7 @@ run: setup
 
 # the full suite (what CI runs): real games, real SmolLM2, Prefect, DVC, torchrun and Ray, the kill -9 chains
 test: setup
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=30
 
 # the everyday lane: neither games nor a model nor a subprocess (under 2 minutes)
 test-fast: install
