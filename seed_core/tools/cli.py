@@ -56,7 +56,7 @@ def cmd_play(args: argparse.Namespace) -> None:
     """A human plays one game in the terminal, seeing exactly the prompt the model sees."""
     import dataclasses
 
-    from seed_core.envs import GAMES, environment, game
+    from seed_core.envs import GAMES, environment
     from seed_core.turns import parse_response
 
     params = load_params(args.params)
@@ -70,8 +70,7 @@ def cmd_play(args: argparse.Namespace) -> None:
     if ":" in game_id:  # a manifest index like valid_seen:3
         split, _, idx = game_id.partition(":")
         game_id = env.read_manifest(REPO / "data/manifests" / f"{split}.json")[int(idx or 0)].game_id
-    rules = game(env.name)
-    closed = rules.closed_actions
+    closed = env.closed_actions
     with env.open_pool(0) as pool:
         state = pool.reset([game_id])[0]
         history: list[tuple[str, str]] = []
@@ -79,7 +78,7 @@ def cmd_play(args: argparse.Namespace) -> None:
             f"{env.name} game {game_id}; type an action, its number, or a full <think>/<action> response; ctrl-d quits\n"
         )
         for t in range(params.env.max_steps):
-            prompt = rules.step_prompt(params.env, state.task, state.observation, state.admissible_actions, history)
+            prompt = env.step_prompt(params.env, state.task, state.observation, state.admissible_actions, history)
             print("-" * 80 + "\n" + prompt + "\n")
             for i, a in enumerate(state.admissible_actions):
                 print(f"  {i:2d}. {a}")
