@@ -19,11 +19,12 @@ def markdown_table(results: dict[str, dict[str, dict[str, dict[str, float]]]]) -
     types = table_task_types(
         {k for splits in results.values() for modes in splits.values() for m in modes.values() for k in m}
     )
+    columns = task_columns()
     head = [
         "model",
         "split",
         "mode",
-        *[task_columns()[t] for t in types],
+        *[columns[t] for t in types],
         "macro avg",
         "micro avg",
         "invalid rate",

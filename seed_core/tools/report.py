@@ -651,13 +651,14 @@ def _cell(values: list[float], key: str, percent: bool, decimals: int | None = N
 
 def _eval_tables(groups: dict[str, list[Run]], model: str) -> str:
     parts = []
+    columns = task_columns()
     for split, mode in _splits_modes(groups, model):
         present = [
             t
-            for t in task_columns()
+            for t in columns
             if any(_final(r, model, split, mode, f"success/{t}") is not None for rs in groups.values() for r in rs)
         ]
-        cols = [(f"success/{t}", task_columns()[t]) for t in present] + [
+        cols = [(f"success/{t}", columns[t]) for t in present] + [
             ("success/macro", "macro avg"),
             ("success/micro", "micro avg"),
             ("invalid_rate", "invalid rate"),
