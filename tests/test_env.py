@@ -5,7 +5,7 @@ import json
 import pytest
 
 from seed_core.envs.alfworld.data import TASK_TYPES, game_path, list_games, stratified_subset
-from seed_core.envs.alfworld.env import AlfworldGame, EnvPool, split_initial_observation
+from seed_core.envs.alfworld.env import AlfworldGame, EnvPool, _Games, split_initial_observation
 
 
 def test_split_initial_observation():
@@ -47,3 +47,43 @@ def test_walkthroughs_win_every_task_type(alfworld_root, split, workers):
                 assert not won[i], f"{games[i]} won before its walkthrough ended"
                 won[i] = s.won
         assert all(won.values()), [games[i] for i, w in won.items() if not w]
+
+
+def _planner_copies() -> set[str]:
+    """The copies of fast-downward's library this process has mapped (each game loads its own)."""
+    return {line.split()[5] for line in open("/proc/self/maps") if "libdownward.so" in line}
+
+
+def test_a_closed_games_engine_plays_the_next_game_without_a_new_planner_copy(alfworld_root):
+    a, b = list_games(alfworld_root, "valid_seen")[:2]
+    fresh_b = AlfworldGame(alfworld_root, b)
+    want = fresh_b.reset()
+    game_a = AlfworldGame(alfworld_root, a)
+    game_a.reset(), game_a.step("go to desk 1")
+    fresh_b.close(), game_a.close()
+    game_a.close()  # closing twice is harmless
+    before = _planner_copies()
+    reused = AlfworldGame(alfworld_root, b)  # takes a's engine, mid-game in another room
+    assert _planner_copies() == before
+    assert reused.reset() == want
+    for action in reused.walkthrough():
+        state = reused.step(action)
+    assert state.won
+    reused.close()
+
+
+def test_idle_games_are_reused_and_bounded_by_the_slots(alfworld_root):
+    a, b, c, d, e = list_games(alfworld_root, "valid_seen")[:5]
+    games = _Games(alfworld_root)
+    games.reset(0, a), games.reset(1, b)
+    first_a, first_b = games.by_slot[0], games.by_slot[1]
+    games.reset(0, c), games.reset(1, d)
+    assert [g.game_id for gs in games.idle.values() for g in gs] == [a, b]
+    games.reset(0, e)  # c leaves: three idle for two slots, so a, the least recently left, is closed
+    assert [g.game_id for gs in games.idle.values() for g in gs] == [b, c]
+    assert first_a._env is None
+    games.reset(1, b)
+    assert games.by_slot[1] is first_b  # reloaded from idle, not from disk
+    assert games.by_slot[1].reset().task
+    games.close()
+    assert not games.by_slot and not games.idle and first_b._env is None

@@ -32,6 +32,14 @@ def split_initial_observation(text: str) -> tuple[str, str]:
     return room.strip(), task.strip()
 
 
+# Engines of closed games, reused by the next game this process opens. textworld's PDDL engine loads a private
+# copy of fast-downward's 33 MB library (a temp file, deleted once loaded: the planner keeps its state in globals)
+# and cannot unload it (dlclose, then loading another copy, crashes), so a process that built an engine per game
+# held 33 MB of disk and memory for every game it ever opened: a test session or a long run filled the disk.
+# Reused, a process holds as many copies as it has games open at once. Loading a game sets all of its state.
+_ENGINES: list[Any] = []
+
+
 class AlfworldGame:
     """One ALFWorld game in this process."""
 
@@ -44,10 +52,14 @@ class AlfworldGame:
         self.game_id = game_id
         self.task_type = task_type_of(game_id)
         self.path = game_path(data_root, game_id)
-        infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
-        self._env = textworld.start(
-            str(self.path), request_infos=infos, wrappers=[AlfredDemangler(shuffle=False), AlfredInfos]
-        )
+        if _ENGINES:
+            self._env = _ENGINES.pop()
+            self._env.load(str(self.path))  # all textworld.start does after building the engine
+        else:
+            infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
+            self._env = textworld.start(
+                str(self.path), request_infos=infos, wrappers=[AlfredDemangler(shuffle=False), AlfredInfos]
+            )
         self.task = ""
 
     def walkthrough(self) -> list[str]:
@@ -68,12 +80,18 @@ class AlfworldGame:
         return self._state(s, s.feedback.strip())
 
     def close(self) -> None:
-        self._env.close()
+        """End the game; its engine goes back to this process's stock for the next game to load into."""
+        if self._env is not None:
+            self._env.close()
+            _ENGINES.append(self._env)
+            self._env = None
 
 
 class _Games:
     """The games of one process, by slot. Loading a game (PDDL parsing and grounding) costs about a second,
-    so a game a slot leaves is kept idle and reused by the next reset of the same game id."""
+    so a game a slot leaves is kept idle and reused by the next reset of the same game id. At most as many
+    games stay idle as there are slots (the least recently left are closed), so an eval that replays its
+    games reuses them all while an RL run, which moves on to new games every update, holds a bounded set."""
 
     def __init__(self, data_root: Path):
         self.data_root = data_root
@@ -83,9 +101,16 @@ class _Games:
     def reset(self, slot: int, game_id: str) -> EnvState:
         if slot in self.by_slot:
             old = self.by_slot.pop(slot)
-            self.idle.setdefault(old.game_id, []).append(old)
-        spare = self.idle.get(game_id)
+            self.idle[old.game_id] = self.idle.pop(old.game_id, []) + [old]  # to the end: most recently left
+        spare = self.idle.pop(game_id, [])
         self.by_slot[slot] = spare.pop() if spare else AlfworldGame(self.data_root, game_id)
+        if spare:
+            self.idle[game_id] = spare
+        while sum(map(len, self.idle.values())) > len(self.by_slot):
+            oldest = next(iter(self.idle))
+            self.idle[oldest].pop(0).close()
+            if not self.idle[oldest]:
+                del self.idle[oldest]
         return self.by_slot[slot].reset()
 
     def step(self, slot: int, action: str) -> EnvState:
