@@ -5,7 +5,7 @@ import json
 import pytest
 
 from seed_core.envs.alfworld.data import TASK_TYPES, game_path, list_games, stratified_subset
-from seed_core.envs.alfworld.env import AlfworldGame, EnvPool, _Games, split_initial_observation
+from seed_core.envs.alfworld.env import AlfworldGame, EnvPool, GameSlots, split_initial_observation
 
 
 def test_split_initial_observation():
@@ -74,7 +74,7 @@ def test_a_closed_games_engine_plays_the_next_game_without_a_new_planner_copy(al
 
 def test_idle_games_are_reused_and_bounded_by_the_slots(alfworld_root):
     a, b, c, d, e = list_games(alfworld_root, "valid_seen")[:5]
-    games = _Games(alfworld_root)
+    games = GameSlots(alfworld_root)
     games.reset(0, a), games.reset(1, b)
     first_a, first_b = games.by_slot[0], games.by_slot[1]
     games.reset(0, c), games.reset(1, d)

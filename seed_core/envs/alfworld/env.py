@@ -87,7 +87,7 @@ class AlfworldGame:
             self._env = None
 
 
-class _Games:
+class GameSlots:
     """The games of one process, by slot. Loading a game (PDDL parsing and grounding) costs about a second,
     so a game a slot leaves is kept idle and reused by the next reset of the same game id. At most as many
     games stay idle as there are slots (the least recently left are closed), so an eval that replays its
@@ -123,7 +123,7 @@ class _Games:
 
 
 def _worker(fd: int, data_root: str) -> None:
-    conn, games = Connection(fd), _Games(Path(data_root))
+    conn, games = Connection(fd), GameSlots(Path(data_root))
     while True:
         try:
             cmd, slot, arg = conn.recv()
@@ -151,7 +151,7 @@ class EnvPool:
     def __init__(self, data_root: Path, workers: int):
         self.data_root = Path(data_root)
         self.workers = workers
-        self._local = _Games(self.data_root)
+        self._local = GameSlots(self.data_root)
         self._conns = []
         self._procs = []
         self.game_ids: list[str] = []
@@ -228,7 +228,9 @@ class RayEnvPool(EnvPool):
         self.data_root, self.workers, self.game_ids = Path(data_root), workers, []
         if not ray.is_initialized():  # a private local cluster when no address is given
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
-        host = ray.remote(num_cpus=1)(_Games).options(runtime_env={"env_vars": {"ALFWORLD_DATA": str(self.data_root)}})
+        host = ray.remote(num_cpus=1)(GameSlots).options(
+            runtime_env={"env_vars": {"ALFWORLD_DATA": str(self.data_root)}}
+        )
         self._hosts = [host.remote(self.data_root) for _ in range(workers)]
 
     def _call(self, requests: dict[int, tuple[str, Any]]) -> dict[int, Any]:
