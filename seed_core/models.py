@@ -12,7 +12,6 @@ import functools
 import importlib.util
 import json
 import os
-import time
 from pathlib import Path
 
 import torch
@@ -96,39 +95,52 @@ def load_for(path: str | Path, cfg: ModelConfig, *, full_finetune: bool = False)
 
 
 def pick_dtype(name: str, device: str = "cpu") -> torch.dtype:
-    """`auto`: bfloat16 on CUDA with bf16 (else float16); on a CPU, bfloat16 only where it measurably computes faster
-    than float32 (`cpu_bf16_speedup` at least BF16_MIN_SPEEDUP), else float32. oneDNN's bf16 support alone does not
-    decide it: a 2-core AMD EPYC with AVX-512 BF16 ran SmolLM2's matmuls 2.3x faster in bf16, an Intel one with
-    AVX-512 BF16 but no AMX 0.57x (bf16 slower)."""
+    """`auto`: bfloat16 on CUDA with bf16 (else float16); on a CPU, bfloat16 only where it computes faster than
+    float32 (`cpu_bf16_faster`), else float32."""
     if name != "auto":
         return getattr(torch, name)
     if device.startswith("cuda"):
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return torch.bfloat16 if cpu_bf16_speedup() >= BF16_MIN_SPEEDUP else torch.float32
+    return torch.bfloat16 if cpu_bf16_faster() else torch.float32
 
 
-BF16_MIN_SPEEDUP = 1.25
-"""bf16 must beat fp32 by this factor to be picked: far from both CPU kinds measured (2.3x, 0.57x), so the same
-kind of machine makes the same choice run after run (the choice changes every result)."""
+def cpu_bf16_faster() -> bool:
+    """Whether this CPU computes SmolLM2's matmuls faster in bf16 than in fp32, decided by the features that make it
+    so: AMX, or AVX-512 BF16 on an AMD CPU (2.3x on a 2-core EPYC); not AVX-512 BF16 alone on an Intel CPU (0.57x
+    without AMX), nor a CPU where oneDNN has no bf16 (emulated, always slower).
+
+    Features, not a timing probe: the dtype changes every result, so every run on one kind of machine must choose the
+    same. A 50 ms probe did not: on a 2-core Xeon with AMX it measured 1.05x in one try of six while another job ran
+    (1.6-2.1x in the others), and two runs of one test on a CI machine trained their warm-ups in different dtypes.
+    `bench/roofline.py` still prints the probe beside this choice, to check the rule on a new kind of CPU."""
+    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return False
+    _, vendor, flags = cpu_facts()
+    return "amx_bf16" in flags or (vendor == "AuthenticAMD" and "avx512_bf16" in flags)
 
 
 @functools.cache
-def cpu_bf16_speedup() -> float:
-    """fp32 time / bf16 time of a SmolLM2-shaped matmul (256 x 576 @ 576 x 1536) on this CPU with torch's threads,
-    best of 5 each; 0.0 where oneDNN has no bf16 (emulated bf16 is always slower). About 50 ms, once per process."""
-    if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
-        return 0.0
-    best = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        a, b = torch.ones(256, 576, dtype=dtype), torch.ones(576, 1536, dtype=dtype)
-        a @ b  # oneDNN builds its kernel on the first call
-        times = []
-        for _ in range(5):
-            t0 = time.perf_counter()
-            a @ b
-            times.append(time.perf_counter() - t0)
-        best[dtype] = min(times)
-    return best[torch.float32] / best[torch.bfloat16]
+def cpu_facts() -> tuple[str, str, frozenset[str]]:
+    """(model name, vendor id, flags) of this machine's CPU from /proc/cpuinfo; off Linux, the platform's processor
+    string, no vendor and no flags."""
+    name, vendor, flags = "", "", frozenset()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = (part.strip() for part in line.partition(":"))
+            if key == "model name":
+                name = value
+            elif key == "vendor_id":
+                vendor = value
+            elif key == "flags":  # after the name and vendor: the first CPU's facts are enough
+                flags = frozenset(value.split())
+                break
+    except OSError:
+        pass
+    if not name:
+        import platform
+
+        name = platform.processor()  # runs `uname -p`: only where /proc/cpuinfo says nothing
+    return name, vendor, flags
 
 
 CHECKPOINT_ABOVE_TOKENS = 4096

@@ -22,6 +22,11 @@ def test_roofline_prints_ceilings_and_every_pass_before_and_now(tiny_model_dir):
     assert len(lines) == 1
     r = json.loads(lines[0])
     assert r["bench"] == "roofline" and r["auto_dtype"] in r["ceiling_gflops"]
+    c = r["ceiling_gflops"]
+    if "bf16" in c:  # of the unrounded ceilings: to the printed ones' rounding (0.1 GFLOP/s) and its own (0.01)
+        assert r["bf16_over_fp32"] == pytest.approx(c["bf16"]["train"] / c["fp32"]["train"], rel=0.02, abs=0.01)
+    else:
+        assert r["bf16_over_fp32"] is None
     assert set(r["passes"]) == {"sft_step", "score", "update", "generate"}
     assert {"before", "no_checkpointing", "answer_only_head", "now"} <= set(r["passes"]["sft_step"])
     for p in r["passes"].values():

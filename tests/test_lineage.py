@@ -295,6 +295,9 @@ def test_write_lineage_records_the_machine(tmp_path):
     assert m["cpu_flags"] == [
         f for f in ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile") if f in flags
     ]
+    assert m["cpu_auto_dtype"] in ("float32", "bfloat16") and f"dtype auto: {m['cpu_auto_dtype']})" in describe_machine(
+        {"machine": m}
+    )
     assert describe_machine({"machine": m}).endswith(f"torch {torch.__version__} on {torch.get_num_threads()} threads")
     assert describe_machine({"time": "t"}) == "not recorded"  # written before machines were recorded
 

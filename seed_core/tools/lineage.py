@@ -76,8 +76,9 @@ def git_revision(cwd: str | os.PathLike = ".") -> dict[str, Any]:
     return {"commit": head.stdout.strip(), "dirty": bool(changed), "changed": changed[:50]}
 
 
-# Libraries whose kernels or defaults shape a stage's numbers; the CPU flags that pick `model.dtype: auto`'s dtype
-# (bf16 where AVX512-BF16/AMX compute it) and the widest vector units (float summation order follows them).
+# Libraries whose kernels or defaults shape a stage's numbers; the CPU flags that, with the vendor, pick
+# `model.dtype: auto`'s dtype (`models.cpu_bf16_faster`, recorded as cpu_auto_dtype) and the widest vector units
+# (float summation order follows them).
 _VERSIONED = ("torch", "transformers", "peft", "trl", "accelerate", "vllm", "alfworld", "textworld", "dvc", "prefect")
 _CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")
 
@@ -90,17 +91,9 @@ def machine_facts() -> dict[str, Any]:
 
     import torch
 
-    cpu, flags = platform.processor(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                cpu = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-                break
-    except OSError:  # not Linux: the platform's processor string alone
-        pass
+    from seed_core.models import cpu_facts, pick_dtype
+
+    cpu, _, flags = cpu_facts()
     versions = {}
     for name in _VERSIONED:
         try:
@@ -114,6 +107,7 @@ def machine_facts() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "cpu_flags": [f for f in _CPU_FLAGS if f in flags],
         "cpu_bf16": bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+        "cpu_auto_dtype": str(pick_dtype("auto", "cpu")).removeprefix("torch."),
         "torch_threads": torch.get_num_threads(),
         "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "versions": versions,
@@ -472,7 +466,8 @@ def describe_machine(meta: dict | None) -> str:
     flags = ", ".join(m["cpu_flags"]) or "no AVX2"
     gpu = f", GPU {m['gpu']}" if m.get("gpu") else ""
     return (
-        f"{m['cpu']} ({m['cpu_count']} CPUs; {flags}; bf16 {'native' if m['cpu_bf16'] else 'emulated'}), "
+        f"{m['cpu']} ({m['cpu_count']} CPUs; {flags}; bf16 {'native' if m['cpu_bf16'] else 'emulated'}"
+        f"{'; dtype auto: ' + m['cpu_auto_dtype'] if 'cpu_auto_dtype' in m else ''}), "
         f"torch {m['versions'].get('torch', '?')} on {m['torch_threads']} threads{gpu}"
     )
 
