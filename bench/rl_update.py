@@ -5,7 +5,8 @@ measurement then runs in its own process (so peak RSS is its own), from the same
 - grpo: re-scoring (reference) + the PPO update;
 - seed: analysis by pi_old + re-scoring (reference and skill contexts) + the PPO+OPD update
   (both through `Trainer.learn`, the RL stage's own steps 3-6);
-- rescore: the skill-context re-scoring pass alone, versus
+- rescore: the skill-context re-scoring pass alone (each trajectory's shared prompt prefix run once), versus the
+  same pass with every prompt run whole, and versus
 - forward: a plain full-logits forward pass over the same prompt+response tokens.
 The SEED/GRPO ratio is reported for the update alone and for the whole update including the shared collection.
 """
@@ -61,7 +62,18 @@ def worker(mode: str, params_path: str, model_dir: Path, batch_path: Path) -> di
         out["tokens"] = sum(len(s.teacher_ids) + len(s.response_ids) for s in steps)
         start = time.perf_counter()
         if mode == "rescore":
-            score_steps(t.policy, steps, "teacher", params.rl.micro_batch_tokens)
+            shared = score_steps(t.policy, steps, "teacher", params.rl.micro_batch_tokens)
+            out["seconds"] = time.perf_counter() - start
+            # the same pass with every step's prompt run whole (no prefix shared across a trajectory's steps)
+            start = time.perf_counter()
+            with torch.no_grad():
+                whole = t.policy.score(
+                    [s.teacher_ids for s in steps], [s.response_ids for s in steps], params.rl.micro_batch_tokens
+                )
+            out["unshared_seconds"] = time.perf_counter() - start
+            out["max_abs_logp_diff"] = max((a - b).abs().max().item() for a, b in zip(shared, whole))
+            out["peak_rss_mb"] = peak_rss_mb()
+            return out
         else:  # plain forward with full-vocabulary logits, one step at a time (no padding)
             with torch.no_grad(), distributed.gathered(t.policy.scorer):  # the trainer's model may be sharded
                 for s in steps:
@@ -143,6 +155,11 @@ def main() -> None:
                 "rescore_over_plain_forward_throughput": round(
                     res["forward"]["seconds"] / res["rescore"]["seconds"], 3
                 ),
+                # a trajectory's steps share their instructions, task and skill: run once per trajectory
+                "rescore_shared_prefix_speedup": round(
+                    res["rescore"]["unshared_seconds"] / res["rescore"]["seconds"], 3
+                ),
+                "rescore_shared_prefix_max_abs_logp_diff": res["rescore"]["max_abs_logp_diff"],
                 "peak_rss_mb": {k: round(v["peak_rss_mb"]) for k, v in res.items()},
                 "seconds": {"collect": round(collect_s, 1), **{k: round(v["seconds"], 1) for k, v in res.items()}},
                 "seed_metrics": res["seed"]["metrics"],

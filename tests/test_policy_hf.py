@@ -49,3 +49,30 @@ def test_scoring_gradient_flows_only_through_response(base_model_dir):
     assert lp.requires_grad and lp.shape == (3,)
     lp.sum().backward()
     assert policy.model.get_output_embeddings().weight.grad.abs().sum() > 0
+
+
+def test_a_groups_shared_prefix_runs_once_and_scores_the_same(base_model_dir):
+    """Three groups share a prefix worth running once (one of them holds a prompt that is all prefix: one token of it
+    stays with the row); one group's prefix is too short and a lone item has none: those go the ordinary way."""
+    policy = tiny_policy(base_model_dir)
+    a, b, d = list(range(100, 140)), list(range(300, 350)), list(range(500, 510))  # 40, 50 and 10 shared tokens
+    prompts = [a + [1, 2, 3, 4, 5], a + [6] * 9, a + [7], b, b + [8, 9], [11, 12, 13], d + [14], d + [15, 16]]
+    responses = [[20, 21, 22], [23] * 6, [24, 25], [26] * 4, [27], [28, 29], [30], [31, 32, 33]]
+    groups = ["a", "a", "a", "b", "b", "c", "d", "d"]
+    embedded = []
+    hook = policy.model.get_input_embeddings().register_forward_hook(lambda m, i, o: embedded.append(i[0].numel()))
+    with torch.no_grad():
+        plain = policy.score(prompts, responses, max_tokens=10_000)
+        n_plain = sum(embedded)
+        embedded.clear()
+        shared = policy.score(prompts, responses, max_tokens=10_000, groups=groups)
+        hook.remove()
+    trained = policy.score(prompts[:3], responses[:3], groups=groups[:3])  # grad on: every row runs whole
+    assert all(lp.requires_grad for lp in trained)
+    for want, got in zip(plain, shared):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert n_plain == 8 * 55  # one micro-batch of 8 rows, padded to the longest (49 prompt + 6 response tokens)
+    # a: its 40-token prefix once, then 3 rows of tail + response padded to the longest (9 + 6);
+    # b: 49 tokens once (the all-prefix prompt keeps its last one), 2 rows padded to 1 + 4;
+    # c (alone) and d (10 shared tokens): one ordinary micro-batch of 3 rows padded to 12 + 3
+    assert sum(embedded) == (40 + 3 * 15) + (49 + 2 * 5) + 3 * 15

@@ -70,7 +70,7 @@ def score_steps(
     policy: HFPolicy, steps: Sequence[StepTokens], which: str, max_tokens: int
 ) -> list[torch.Tensor | None]:
     """Detached per-token log-probs of each step's response under `which` context ("prompt" or "teacher");
-    None for steps without that context."""
+    None for steps without that context. The prompt prefix a trajectory's steps share runs once per trajectory."""
     idx = [i for i, s in enumerate(steps) if getattr(s, f"{which}_ids") is not None]
     scored = policy.score(
         [getattr(steps[i], f"{which}_ids") for i in idx],
@@ -78,6 +78,7 @@ def score_steps(
         max_tokens,
         images=[steps[i].image for i in idx],
         pad=(steps[0].prompt_ids, steps[0].response_ids, steps[0].image) if steps else None,
+        groups=[steps[i].traj for i in idx],  # a trajectory's steps share their instructions, task (and skill)
     )
     out: list[torch.Tensor | None] = [None] * len(steps)
     for i, lp in zip(idx, scored):

@@ -119,11 +119,63 @@ def sequence_logprobs(
         hidden = model.get_decoder()(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
         ).last_hidden_state  # (B, L, H)
+    return _scored_logprobs(model, hidden, input_ids, score_mask, chunk)
+
+
+def _scored_logprobs(model, hidden: torch.Tensor, input_ids: torch.Tensor, score_mask: torch.Tensor, chunk: int):
+    """hidden (B, L, H) of input_ids (B, L) -> (B, L) float32 log-probs of the tokens marked in score_mask (p >= 1,
+    predicted at p - 1), zero elsewhere: the LM head runs on the scored positions only."""
     scored = score_mask[:, 1:].bool()  # (B, L-1): target p+1 is predicted at p
     lp = _chunked_token_logprobs(model.get_output_embeddings(), hidden[:, :-1][scored], input_ids[:, 1:][scored], chunk)
     out = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     out[:, 1:][scored] = lp
     return out
+
+
+SHARED_PREFIX_MIN = 32
+"""Items of one group share their prompts' common prefix in a scoring pass (`HFPolicy.score(groups=...)`) when it is
+at least this many tokens; a shorter one saves less than the extra pass over it costs."""
+
+
+def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest prefix all of `seqs` share."""
+    first, n = seqs[0], min(len(x) for x in seqs)
+    for x in seqs[1:]:
+        n = next((i for i in range(n) if x[i] != first[i]), n)
+    return n
+
+
+@torch.no_grad()
+def prefix_logprobs(
+    model: torch.nn.Module,
+    prefix_ids: torch.Tensor,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    score_mask: torch.Tensor,
+    chunk: int = 512,
+) -> torch.Tensor:
+    """`sequence_logprobs` of the rows prefix_ids + input_ids[b], the shared prefix run through the decoder once.
+
+    prefix_ids: (1, P); input_ids, attention_mask, score_mask: (B, L), right-padded continuations, each with at least
+    one token before its first scored one (a scored token is predicted from the position before it). Returns (B, L)
+    float32, zero where not scored. No gradient: a pass that trains runs every token of every row."""
+    from transformers import DynamicCache
+
+    decoder = model.get_decoder()
+    prefix = decoder(input_ids=prefix_ids, use_cache=True).past_key_values
+    batch, width = input_ids.shape
+    cache = DynamicCache(  # every row attends to the same prefix keys and values (views: nothing is copied here)
+        ddp_cache_data=[
+            (layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1)) for layer in prefix.layers
+        ]
+    )
+    p = prefix_ids.shape[1]
+    position_ids = p + (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    full_mask = torch.cat([attention_mask.new_ones(batch, p), attention_mask], dim=1)
+    hidden = decoder(
+        input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, past_key_values=cache, use_cache=True
+    ).last_hidden_state  # (B, L, H)
+    return _scored_logprobs(model, hidden, input_ids, score_mask, chunk)
 
 
 class Scorer(torch.nn.Module):
@@ -372,16 +424,24 @@ class HFPolicy:
         max_tokens: int | None = None,
         images: Sequence | None = None,
         pad: tuple | None = None,
+        groups: Sequence | None = None,
     ) -> list[torch.Tensor]:
         """Per-token log-probs of each response after its prompt ids, in length-sorted micro-batches of at most
         `max_tokens` (default `score_tokens`) padded tokens; `images[i]` is prompt i's image (vision models).
         Differentiable when called with grad enabled. Sharded, every rank runs as many forward passes as the
         busiest one (each is a collective): the missing ones score `pad`, (prompt ids, response, image), and are
-        thrown away."""
+        thrown away.
+
+        `groups[i]`, a key per item: without grad, on one rank and text only, the items of a group whose prompts
+        share at least SHARED_PREFIX_MIN leading tokens run that prefix once (`prefix_logprobs`), the same
+        log-probs to float rounding (a test bounds it)."""
         images = list(images) if images is not None else [None] * len(prompt_ids)
-        lengths = [len(p) + len(r) for p, r in zip(prompt_ids, responses)]
-        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-        out: list[torch.Tensor | None] = [None] * len(lengths)
+        out: list[torch.Tensor | None] = [None] * len(prompt_ids)
+        rest = range(len(prompt_ids))
+        if groups is not None and not torch.is_grad_enabled() and not self.sharded and all(i is None for i in images):
+            rest = self._score_shared(prompt_ids, responses, max_tokens or self.score_tokens, groups, out)
+        lengths = {i: len(prompt_ids[i]) + len(responses[i]) for i in rest}
+        order = sorted(lengths, key=lambda i: lengths[i])
         batches = micro_batches([lengths[i] for i in order], max_tokens or self.score_tokens)
         passes = distributed.all_max(len(batches)) if self.sharded else len(batches)  # agreed before the first one
         if passes > len(batches) and pad is None:
@@ -395,9 +455,32 @@ class HFPolicy:
             self.score_batch([pad[0]], [pad[1]], [pad[2]])
         return out  # type: ignore[return-value]
 
-    def score_batch(
-        self, prompts: list[Sequence[int]], responses: list[Sequence[int]], images: Sequence | None = None
-    ) -> list[torch.Tensor]:
+    def _score_shared(self, prompt_ids, responses, max_tokens: int, groups: Sequence, out: list) -> list[int]:
+        """Scores into `out` the items of each group with a shared prefix worth running once; returns the others."""
+        members: dict = {}
+        for i, g in enumerate(groups):
+            members.setdefault(g, []).append(i)
+        rest = []
+        for ids in members.values():
+            # each row keeps one prompt token after the prefix: its first response token is predicted from there
+            p = min(common_prefix([prompt_ids[i] for i in ids]), min(len(prompt_ids[i]) for i in ids) - 1)
+            if len(ids) < 2 or p < SHARED_PREFIX_MIN:
+                rest += ids
+                continue
+            prefix = torch.tensor([list(prompt_ids[ids[0]][:p])], device=self.device)
+            ids = sorted(ids, key=lambda i: len(prompt_ids[i]) + len(responses[i]))
+            for mb in micro_batches([len(prompt_ids[i]) - p + len(responses[i]) for i in ids], max_tokens):
+                items = [ids[j] for j in mb]
+                tails = [list(prompt_ids[i][p:]) for i in items]
+                ids_, attn, score = self._padded(tails, [responses[i] for i in items])
+                with self.autocast():
+                    lp = prefix_logprobs(self.model, prefix, ids_, attn, score)
+                for b, (i, t) in enumerate(zip(items, tails)):
+                    out[i] = lp[b, len(t) : len(t) + len(responses[i])]
+        return rest
+
+    def _padded(self, prompts: list[Sequence[int]], responses: list[Sequence[int]]):
+        """(ids, attention, score mask), each (B, L): prompt + response rows, right-padded; the responses scored."""
         pad = self.tok.pad_token_id
         seqs = [list(p) + list(r) for p, r in zip(prompts, responses)]
         width = max(len(s) for s in seqs)
@@ -406,6 +489,12 @@ class HFPolicy:
         score = torch.zeros_like(ids, dtype=torch.bool)
         for b, (p, r) in enumerate(zip(prompts, responses)):
             score[b, len(p) : len(p) + len(r)] = True
+        return ids, attn, score
+
+    def score_batch(
+        self, prompts: list[Sequence[int]], responses: list[Sequence[int]], images: Sequence | None = None
+    ) -> list[torch.Tensor]:
+        ids, attn, score = self._padded(prompts, responses)
         with self.autocast():
             lp = self.scorer(ids, attn, score, self.pixels(images or [None] * len(prompts)))
         return [lp[b, len(p) : len(p) + len(r)] for b, (p, r) in enumerate(zip(prompts, responses))]
