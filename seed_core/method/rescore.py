@@ -70,7 +70,8 @@ def score_steps(
     policy: HFPolicy, steps: Sequence[StepTokens], which: str, max_tokens: int
 ) -> list[torch.Tensor | None]:
     """Detached per-token log-probs of each step's response under `which` context ("prompt" or "teacher");
-    None for steps without that context. The prompt prefix a trajectory's steps share runs once per trajectory."""
+    None for steps without that context. In the teacher's context, the prompt prefix a trajectory's steps share runs
+    once per trajectory."""
     idx = [i for i, s in enumerate(steps) if getattr(s, f"{which}_ids") is not None]
     scored = policy.score(
         [getattr(steps[i], f"{which}_ids") for i in idx],
@@ -78,7 +79,10 @@ def score_steps(
         max_tokens,
         images=[steps[i].image for i in idx],
         pad=(steps[0].prompt_ids, steps[0].response_ids, steps[0].image) if steps else None,
-        groups=[steps[i].traj for i in idx],  # a trajectory's steps share their instructions, task (and skill)
+        # The teacher's context runs the instructions, task and skill a trajectory's steps share once. pi_old's and the
+        # reference's run as the training forward does: their log-probs are compared with its own (a ratio of exactly
+        # 1, a KL of 0 at the start), and float rounding there would turn into an Adam step of full size.
+        groups=[steps[i].traj for i in idx] if which == "teacher" else None,
     )
     out: list[torch.Tensor | None] = [None] * len(steps)
     for i, lp in zip(idx, scored):
