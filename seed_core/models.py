@@ -112,7 +112,8 @@ def cpu_bf16_faster() -> bool:
     Features, not a timing probe: the dtype changes every result, so every run on one kind of machine must choose the
     same. A 50 ms probe did not: on a 2-core Xeon with AMX it measured 1.05x in one try of six while another job ran
     (1.6-2.1x in the others), and two runs of one test on a CI machine trained their warm-ups in different dtypes.
-    `bench/roofline.py` still prints the probe beside this choice, to check the rule on a new kind of CPU."""
+    `bench/roofline.py` prints the measured bf16/fp32 ceiling ratio beside this choice, to check the rule on a new
+    kind of CPU."""
     if not torch.ops.mkldnn._is_mkldnn_bf16_supported():
         return False
     _, vendor, flags = cpu_facts()

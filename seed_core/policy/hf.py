@@ -163,7 +163,7 @@ def prefix_logprobs(
 
     decoder = model.get_decoder()
     prefix = decoder(input_ids=prefix_ids, use_cache=True).past_key_values
-    batch, width = input_ids.shape
+    batch = input_ids.shape[0]
     cache = DynamicCache(  # every row attends to the same prefix keys and values (views: nothing is copied here)
         ddp_cache_data=[
             (layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1)) for layer in prefix.layers
