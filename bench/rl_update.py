@@ -55,6 +55,7 @@ def worker(mode: str, params_path: str, model_dir: Path, batch_path: Path) -> di
     out: dict = {}
     if mode in ("grpo", "seed"):
         m, _ = t.learn(trajs, 0)  # steps 3-6, exactly as the RL stage runs them
+        out["seconds"] = time.perf_counter() - start
         out["metrics"] = {k: v for k, v in m.items() if k.startswith(("opd/", "skills/"))}
     else:
         skills = ["Go to the places where the object usually is first, take it, then finish the task."] * len(trajs)
@@ -72,13 +73,11 @@ def worker(mode: str, params_path: str, model_dir: Path, batch_path: Path) -> di
                 )
             out["unshared_seconds"] = time.perf_counter() - start
             out["max_abs_logp_diff"] = max((a - b).abs().max().item() for a, b in zip(shared, whole))
-            out["peak_rss_mb"] = peak_rss_mb()
-            return out
         else:  # plain forward with full-vocabulary logits, one step at a time (no padding)
             with torch.no_grad(), distributed.gathered(t.policy.scorer):  # the trainer's model may be sharded
                 for s in steps:
                     t.model(input_ids=torch.tensor([s.teacher_ids + s.response_ids])).logits.float().log_softmax(-1)
-    out["seconds"] = time.perf_counter() - start
+            out["seconds"] = time.perf_counter() - start
     out["peak_rss_mb"] = peak_rss_mb()
     return out
 

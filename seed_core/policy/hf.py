@@ -436,13 +436,14 @@ class HFPolicy:
         share at least SHARED_PREFIX_MIN leading tokens run that prefix once (`prefix_logprobs`), the same
         log-probs to float rounding (a test bounds it)."""
         images = list(images) if images is not None else [None] * len(prompt_ids)
+        cap = max_tokens or self.score_tokens
         out: list[torch.Tensor | None] = [None] * len(prompt_ids)
         rest = range(len(prompt_ids))
         if groups is not None and not torch.is_grad_enabled() and not self.sharded and all(i is None for i in images):
-            rest = self._score_shared(prompt_ids, responses, max_tokens or self.score_tokens, groups, out)
+            rest = self._score_shared(prompt_ids, responses, cap, groups, out)
         lengths = {i: len(prompt_ids[i]) + len(responses[i]) for i in rest}
         order = sorted(lengths, key=lambda i: lengths[i])
-        batches = micro_batches([lengths[i] for i in order], max_tokens or self.score_tokens)
+        batches = micro_batches([lengths[i] for i in order], cap)
         passes = distributed.all_max(len(batches)) if self.sharded else len(batches)  # agreed before the first one
         if passes > len(batches) and pad is None:
             raise ValueError("a sharded policy scores in lockstep: pass `pad`, an item to score in idle passes")
