@@ -29,7 +29,10 @@ RANK_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 def active() -> bool:
-    return dist.is_available() and dist.is_initialized()
+    """Whether this process is a rank of a launch (torchrun, Ray Train): a process group and the rank environment.
+    A group alone is not: vLLM's in-process CPU engine makes its own (world 1, no `RANK`), under which a local run
+    would shard its learner with FSDP2 over a world of one and give up the unsharded scoring paths."""
+    return dist.is_available() and dist.is_initialized() and all(k in os.environ for k in RANK_ENV)
 
 
 def world() -> int:

@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from seed_core import distributed
 from seed_core.config import params_from_dict
 from seed_core.envs.alfworld.data import list_games, stratified_subset, write_manifest
 from seed_core.envs.alfworld.prompts import step_prompt
@@ -147,6 +148,8 @@ def test_the_rl_stage_runs_and_resumes_on_the_vllm_backend(alfworld_root, base_m
     params = params_from_dict(raw)
     run = RLRun(params, base_model_dir, tmp_path / "m", tmp_path / "run", log=lambda *_: None)
     assert isinstance(run.trainer.sampler, VLLMPolicy) and run.trainer.tis
+    # vLLM's own world-1 process group makes no rank of this process: the learner stays unsharded
+    assert torch.distributed.is_initialized() and not distributed.active() and not run.trainer.policy.sharded
     m = run.run_epoch(1)
     assert m["time/sync_s"] > 0 and "train/tis_capped_frac" in m
     print({k: round(v, 5) for k, v in m.items() if k.startswith("mismatch/")})
