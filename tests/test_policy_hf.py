@@ -76,3 +76,12 @@ def test_a_groups_shared_prefix_runs_once_and_scores_the_same(base_model_dir):
     # b: 49 tokens once (the all-prefix prompt keeps its last one), 2 rows padded to 1 + 4;
     # c (alone) and d (10 shared tokens): one ordinary micro-batch of 3 rows padded to 12 + 3
     assert sum(embedded) == (40 + 3 * 15) + (49 + 2 * 5) + 3 * 15
+    # one row per micro-batch: every micro-batch of a group continues the one prefix, run once per group
+    embedded.clear()
+    hook = policy.model.get_input_embeddings().register_forward_hook(lambda m, i, o: embedded.append(i[0].numel()))
+    with torch.no_grad():
+        one_by_one = policy.score(prompts, responses, max_tokens=1, groups=groups)
+    hook.remove()
+    for want, got in zip(plain, one_by_one):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+    assert sum(embedded) == (40 + 3 + 8 + 15) + (49 + 4 + 5) + (5 + 12 + 15)  # rows unpadded, each alone

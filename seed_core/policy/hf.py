@@ -146,33 +146,36 @@ def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
 
 
 @torch.no_grad()
+def prefix_cache(model: torch.nn.Module, prefix_ids: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The keys and values of a shared prompt prefix, per decoder layer, each (1, heads, P, head_dim): run once, then
+    continued by every micro-batch of the rows that share it (`prefix_logprobs`). prefix_ids: (1, P)."""
+    past = model.get_decoder()(input_ids=prefix_ids, use_cache=True).past_key_values
+    return [(layer.keys, layer.values) for layer in past.layers]
+
+
 def prefix_logprobs(
     model: torch.nn.Module,
-    prefix_ids: torch.Tensor,
+    prefix: list[tuple[torch.Tensor, torch.Tensor]],
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     score_mask: torch.Tensor,
     chunk: int = 512,
 ) -> torch.Tensor:
-    """`sequence_logprobs` of the rows prefix_ids + input_ids[b], the shared prefix run through the decoder once.
+    """`sequence_logprobs` of the rows prefix + input_ids[b], the prefix given as its cache (`prefix_cache`).
 
-    prefix_ids: (1, P); input_ids, attention_mask, score_mask: (B, L), right-padded continuations, each with at least
-    one token before its first scored one (a scored token is predicted from the position before it). Returns (B, L)
-    float32, zero where not scored. No gradient: a pass that trains runs every token of every row."""
+    input_ids, attention_mask, score_mask: (B, L), right-padded continuations, each with at least one token before
+    its first scored one (a scored token is predicted from the position before it). Returns (B, L) float32, zero
+    where not scored. No gradient: a pass that trains runs every token of every row."""
     from transformers import DynamicCache
 
-    decoder = model.get_decoder()
-    prefix = decoder(input_ids=prefix_ids, use_cache=True).past_key_values
     batch = input_ids.shape[0]
     cache = DynamicCache(  # every row attends to the same prefix keys and values (views: nothing is copied here)
-        ddp_cache_data=[
-            (layer.keys.expand(batch, -1, -1, -1), layer.values.expand(batch, -1, -1, -1)) for layer in prefix.layers
-        ]
+        ddp_cache_data=[(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in prefix]
     )
-    p = prefix_ids.shape[1]
+    p = prefix[0][0].shape[2]
     position_ids = p + (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     full_mask = torch.cat([attention_mask.new_ones(batch, p), attention_mask], dim=1)
-    hidden = decoder(
+    hidden = model.get_decoder()(
         input_ids=input_ids, attention_mask=full_mask, position_ids=position_ids, past_key_values=cache, use_cache=True
     ).last_hidden_state  # (B, L, H)
     return _scored_logprobs(model, hidden, input_ids, score_mask, chunk)
@@ -468,7 +471,8 @@ class HFPolicy:
             if len(ids) < 2 or p < SHARED_PREFIX_MIN:
                 rest += ids
                 continue
-            prefix = torch.tensor([list(prompt_ids[ids[0]][:p])], device=self.device)
+            with self.autocast():  # the prefix runs once per group, not once per micro-batch
+                prefix = prefix_cache(self.model, torch.tensor([list(prompt_ids[ids[0]][:p])], device=self.device))
             ids = sorted(ids, key=lambda i: len(prompt_ids[i]) + len(responses[i]))
             for mb in micro_batches([len(prompt_ids[i]) - p + len(responses[i]) for i in ids], max_tokens):
                 items = [ids[j] for j in mb]
