@@ -153,6 +153,7 @@ def prefix_cache(model: torch.nn.Module, prefix_ids: torch.Tensor) -> list[tuple
     return [(layer.keys, layer.values) for layer in past.layers]
 
 
+@torch.no_grad()
 def prefix_logprobs(
     model: torch.nn.Module,
     prefix: list[tuple[torch.Tensor, torch.Tensor]],
