@@ -40,6 +40,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("unit" if item.path.parent.name == "unit" else "integration")
 
 
+def pytest_runtest_logreport(report):
+    """A failure is printed when it happens, not only in the summary: a CI run stopped by its time limit never
+    reaches the summary, and `-q`'s dots do not say which test failed."""
+    if report.failed:
+        print(f"\nFAILED {report.nodeid} ({report.when}):\n{report.longreprtext[-3000:]}", flush=True)
+
+
 @pytest.fixture(autouse=True)
 def _unit_tests_start_no_process(request, monkeypatch):
     """Keeps the unit lane what it says: a unit test that starts a process fails and says how to move it up."""
