@@ -67,8 +67,8 @@ def env() -> dict:
     )
 
 
-def sh(*cmd, cwd, ok=True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True)
+def sh(*cmd, cwd, ok=True, timeout=None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout)
     if ok:
         assert proc.returncode == 0, f"{' '.join(cmd)}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return proc
@@ -89,7 +89,9 @@ def project(root: Path, ignore: str = "/models\n/runs\n") -> Path:
 
 
 def seed_cli(*args, cwd) -> subprocess.CompletedProcess:
-    return sh(sys.executable, "-m", "seed_core.tools.cli", *args, cwd=cwd, ok=False)
+    # Read through a pipe, as `seed sweep | tee` is: a DVC queue worker that outlives the sweep must not keep the
+    # pipe open (it did, and a CI run waited on it until it was cut off); the timeout turns such a hang into a failure.
+    return sh(sys.executable, "-m", "seed_core.tools.cli", *args, cwd=cwd, ok=False, timeout=1200)
 
 
 def test_recipe_expands_and_validates():

@@ -36,6 +36,8 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,10 +184,8 @@ def check_combos(repo: Path, combos: list[Combo]) -> None:
 # ---------------------------------------------------------------- running DVC
 
 
-def _dvc(
-    repo: Path, *args: str, env: dict[str, str] | None = None, capture: bool = True
-) -> subprocess.CompletedProcess:
-    return subprocess.run([_dvc_exe(), *args], cwd=repo, env=env, text=True, capture_output=capture)
+def _dvc(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([_dvc_exe(), *args], cwd=repo, env=env, text=True, capture_output=True)
 
 
 def _dvc_exe() -> str:
@@ -342,8 +342,22 @@ def _dvc_logged(repo: Path, log_path: Path, env: dict[str, str], *args: str, app
 
 
 def run_queue(repo: Path, jobs: int = 1, env: dict[str, str] | None = None) -> int:
-    """`dvc exp run --run-all`: every queued experiment; its output streams to this process's stdout."""
-    return _dvc(repo, "exp", "run", "--run-all", "--jobs", str(jobs), env=env, capture=False).returncode
+    """`dvc exp run --run-all`: every queued experiment; its output is relayed to this process's stdout.
+
+    Relayed through a file, never by handing over our stdout: `dvc exp run` forks a process per queue worker that keeps
+    its stdout open for as long as the worker lives, and a worker can hang while shutting down (CI: 'shutting down due
+    to empty queue', then nothing), so whoever reads our output through a pipe (`seed sweep ... | tee`, a test) would
+    wait for ever after the sweep itself has finished.
+    """
+    cmd = [_dvc_exe(), "exp", "run", "--run-all", "--jobs", str(jobs)]
+    with tempfile.NamedTemporaryFile("w", prefix="seed-run-all-", suffix=".log") as out, open(out.name) as follow:
+        proc = subprocess.Popen(cmd, cwd=repo, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            sys.stdout.write(follow.read())
+            sys.stdout.flush()
+            time.sleep(1.0)
+        sys.stdout.write(follow.read())
+        return proc.returncode
 
 
 def _error_lines(log_path: str | None, limit: int = 5) -> list[str]:
