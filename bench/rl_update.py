@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -86,6 +87,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default=str(REPO / "params.yaml"))
     ap.add_argument("--model", default=None, help="starting weights (default: the RL stage's, rl.init of params)")
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="GRPO and SEED updates measured in turn this many times (the ratio is the median of the rounds')",
+    )
     ap.add_argument("--worker", choices=["grpo", "seed", "rescore", "forward"], help=argparse.SUPPRESS)
     ap.add_argument("--batch", default="/tmp/seed-bench-rl-batch.jsonl", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -119,27 +126,16 @@ def main() -> None:
     t.close()
     del t
 
-    res = {}
-    for mode in ("grpo", "seed", "rescore", "forward"):
-        proc = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--worker",
-                mode,
-                "--params",
-                args.params,
-                "--model",
-                str(model_dir),
-                "--batch",
-                args.batch,
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        res[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
-    g, s = res["grpo"]["seconds"], res["seed"]["seconds"]
+    def measure(mode: str) -> dict:
+        cmd = [sys.executable, __file__, "--worker", mode, "--params", args.params, "--model", str(model_dir)]
+        proc = subprocess.run([*cmd, "--batch", args.batch], capture_output=True, text=True, check=True)
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    # GRPO and SEED in turn, so that a slow spell of a noisy machine falls on both methods alike
+    rounds = [(measure("grpo"), measure("seed")) for _ in range(args.rounds)]
+    res = {"grpo": rounds[-1][0], "seed": rounds[-1][1], "rescore": measure("rescore"), "forward": measure("forward")}
+    update_ratios = [s["seconds"] / g["seconds"] for g, s in rounds]
+    whole_ratios = [(s["seconds"] + collect_s) / (g["seconds"] + collect_s) for g, s in rounds]
     print(
         json.dumps(
             {
@@ -147,8 +143,12 @@ def main() -> None:
                 "model": str(model_dir.relative_to(REPO) if model_dir.is_relative_to(REPO) else model_dir),
                 "episodes": len(trajs),
                 "steps": sum(tr.length for tr in trajs),
-                "seed_over_grpo_update_only": round(s / g, 3),
-                "seed_over_grpo_with_collection": round((s + collect_s) / (g + collect_s), 3),
+                "seed_over_grpo_update_only": round(statistics.median(update_ratios), 3),
+                "seed_over_grpo_with_collection": round(statistics.median(whole_ratios), 3),
+                "rounds": {
+                    "update_only": [round(r, 3) for r in update_ratios],
+                    "with_collection": [round(r, 3) for r in whole_ratios],
+                },
                 "rescore_tokens_per_s": round(res["rescore"]["tokens"] / res["rescore"]["seconds"], 1),
                 "plain_forward_tokens_per_s": round(res["forward"]["tokens"] / res["forward"]["seconds"], 1),
                 "rescore_over_plain_forward_throughput": round(
