@@ -319,3 +319,22 @@ def test_an_rl_side_sweep_runs_only_rl_and_its_evaluation(tmp_path):
         assert log.read_text().split() == ["rl", "evaluate@rl", "eval_table"]
     finally:
         del os.environ["STAGES_LOG"]
+
+
+def test_run_queue_output_ends_with_the_command_not_with_what_it_left_running(tmp_path):
+    """`dvc exp run --run-all` leaves processes holding its stdout (the forks behind its queue workers; one hung at
+    shutdown kept a CI run waiting until it was cut off): `run_queue` relays the command's output, so whoever reads
+    ours through a pipe gets EOF when the command is done, and nothing its leftovers print later."""
+    fake = tmp_path / "dvc"  # prints, leaves a child holding its stdout that prints 20 s later, exits 3
+    fake.write_text(
+        f'#!/bin/sh\necho "ran the queue: $*"\n(sleep 20; echo late) &\necho $! > {tmp_path}/left\nexit 3\n'
+    )
+    fake.chmod(0o755)
+    code = (
+        "import sys; from pathlib import Path; from seed_core.tools import sweep\n"
+        f"sweep._dvc_exe = lambda: {str(fake)!r}\n"
+        f"sys.exit(sweep.run_queue(Path({str(tmp_path)!r}), jobs=2))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    subprocess.run(["pkill", "-P", (tmp_path / "left").read_text().strip()])  # the leftover's sleep
+    assert proc.returncode == 3 and proc.stdout == "ran the queue: exp run --run-all --jobs 2\n", proc
