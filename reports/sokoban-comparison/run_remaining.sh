@@ -18,16 +18,18 @@ ARMS=("$@")
 [ ${#ARMS[@]} -gt 0 ] || ARMS=(grpo seed seed_shuffled seed_oracle seed_lambda0.1)
 MACHINE="$(lscpu | sed -n 's/^Model name: *//p' | head -1)$(grep -q amx_tile /proc/cpuinfo && echo ' (AMX)'), $(nproc) cores"
 
-if [ ! -d "$RUNNER/.venv" ]; then
+# dvc runs the stages' `python` from PATH: the runner's venv must come first already while the runner is made
+export PATH="$RUNNER/.venv/bin:$PATH" DVC_NO_ANALYTICS=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
+if [ ! -f "$RUNNER/.venv/.runner-ready" ]; then   # written last, so a making cut off part-way is taken up again
   echo "making the runner at $RUNNER (commit $RUNNER_COMMIT) with the kept start"
-  git clone -q "$REPO" "$RUNNER"
+  [ -d "$RUNNER/.git" ] || git clone -q "$REPO" "$RUNNER"
   git -C "$RUNNER" checkout -q -B comparison-runner "$RUNNER_COMMIT"
-  (cd "$RUNNER" && make setup && cp recipes/sokoban.yaml params.yaml && .venv/bin/dvc repro -s prepare &&
-    .venv/bin/python "$HERE/start/restore.py" . && .venv/bin/dvc commit -f warmup build_sft_data train_analyzer)
+  (cd "$RUNNER" && make setup && cp recipes/sokoban.yaml params.yaml && dvc repro -s prepare &&
+    python "$HERE/start/restore.py" . && dvc commit -f warmup build_sft_data train_analyzer)
+  touch "$RUNNER/.venv/.runner-ready"
 fi
 [ "$(git -C "$RUNNER" rev-parse --short=7 HEAD)" = "$RUNNER_COMMIT" ] ||
   { echo "error: $RUNNER is not at the runner commit $RUNNER_COMMIT: every arm must run the same code"; exit 1; }
-export PATH="$RUNNER/.venv/bin:$PATH" DVC_NO_ANALYTICS=1 PREFECT_SERVER_ANALYTICS_ENABLED=false
 
 for s in 0 1 2; do
   for arm in "${ARMS[@]}"; do
