@@ -1,8 +1,8 @@
 #!/bin/bash
 # Run the comparison's remaining runs one at a time, seed-major (every arm's seed 0, then seed 1, ...), and land each
-# finished run in this repository: its folder here, a line in wall_times.txt, sweep.json merged, the README's count,
-# one commit. A run already here is skipped, so a session cut off mid-run only loses that run's progress (or not even
-# that: in the same runner checkout the sweep resumes a cut-off run after its last complete epoch).
+# finished run in this repository: its folder here, a line in wall_times.txt, sweep.json merged, one commit. A run
+# already here is skipped, so a session cut off mid-run only loses that run's progress (or not even that: in the
+# same runner checkout the sweep resumes a cut-off run after its last complete epoch).
 #
 #   bash reports/sokoban-comparison/run_remaining.sh RUNNER_DIR [ARM ...]     # arms default to the recipe's five
 #
@@ -58,10 +58,7 @@ json.dump(list(merged.values()), open(here + ".tmp", "w"), indent=2)
 os.replace(here + ".tmp", here)
 EOF
     echo "$run rc=0 $secs s $(date -u '+%F %H:%M') $MACHINE (seed sweep, evaluation included)" >>"$HERE/wall_times.txt"
-    n=$(find "$HERE" -maxdepth 1 -name '*-s[0-9]' -type d | wc -l)
-    sed -i "s/(in progress: [0-9]* of 15 runs on the kept start)/(in progress: $n of 15 runs on the kept start)/" \
-      "$REPO/README.md"
-    git -C "$REPO" add "$HERE" "$REPO/README.md"
+    git -C "$REPO" add "$HERE"
     git -C "$REPO" commit -q -m "Sokoban comparison: $run on the kept start ($((secs / 60)) min, $MACHINE)"
     echo "$run: landed ($secs s)"
   done
