@@ -4,11 +4,15 @@ One batch (B games x N rollouts, the embedded default's settings) is collected o
 measurement then runs in its own process (so peak RSS is its own), from the same starting weights:
 - grpo: re-scoring (reference) + the PPO update;
 - seed: analysis by pi_old + re-scoring (reference and skill contexts) + the PPO+OPD update
-  (both through `Trainer.learn`, the RL stage's own steps 3-6);
+  (both through `Trainer.learn`, the RL stage's own steps 3-6, after the sampler has generated for the batch's last
+  step prompts: in the RL stage the analysis follows the collection on a warm engine, and a cold one's first calls
+  cost seconds that the stage never pays);
 - rescore: the skill-context re-scoring pass alone (each trajectory's shared prompt prefix run once), versus the
   same pass with every prompt run whole, and versus
 - forward: a plain full-logits forward pass over the same prompt+response tokens.
-The SEED/GRPO ratio is reported for the update alone and for the whole update including the shared collection.
+The SEED/GRPO ratio is reported for the update alone and for the whole update including the shared collection,
+with SEED's extra seconds by part (analysis, teacher pass, optimizer pass) and the collection time at which those
+parts would make the whole-update ratio 1.10 (`break_even_collect_s`: the ratio falls as collection's share grows).
 """
 
 from __future__ import annotations
@@ -52,16 +56,22 @@ def worker(mode: str, params_path: str, model_dir: Path, batch_path: Path) -> di
     params = load_params(params_path)
     trajs = list(read_jsonl(batch_path, Trajectory))
     t = trainer(params, model_dir, "grpo" if mode in ("grpo", "forward") else "seed")
-    start = time.perf_counter()
     out: dict = {}
     if mode in ("grpo", "seed"):
+        gen = params.rollout  # warm the engine as the stage's collection leaves it (untimed, both methods alike)
+        last = [tr.steps[-1].prompt for tr in trajs]
+        t.sampler.generate(last, temperature=gen.temperature, max_new_tokens=gen.max_new_tokens, seed=0)
+        t.sampler.reset_cache()
+        start = time.perf_counter()
         m, _ = t.learn(trajs, 0)  # steps 3-6, exactly as the RL stage runs them
         out["seconds"] = time.perf_counter() - start
-        out["metrics"] = {k: v for k, v in m.items() if k.startswith(("opd/", "skills/"))}
+        out["metrics"] = {k: v for k, v in m.items() if k.startswith(("opd/", "skills/", "time/"))}
     else:
         skills = ["Go to the places where the object usually is first, take it, then finish the task."] * len(trajs)
         steps = step_tokens(t.policy.encoder, trajs, skills)
         out["tokens"] = sum(len(s.teacher_ids) + len(s.response_ids) for s in steps)
+        with torch.no_grad():  # untimed: a process's first passes cost extra, which would fall on whichever runs first
+            t.policy.score([s.teacher_ids for s in steps[:2]], [s.response_ids for s in steps[:2]])
         start = time.perf_counter()
         if mode == "rescore":
             shared = score_steps(t.policy, steps, "teacher", params.rl.micro_batch_tokens)
@@ -136,6 +146,13 @@ def main() -> None:
     res = {"grpo": rounds[-1][0], "seed": rounds[-1][1], "rescore": measure("rescore"), "forward": measure("forward")}
     update_ratios = [s["seconds"] / g["seconds"] for g, s in rounds]
     whole_ratios = [(s["seconds"] + collect_s) / (g["seconds"] + collect_s) for g, s in rounds]
+
+    def extra(part: str) -> float:  # SEED's seconds over GRPO's in one step of `learn`, median over rounds
+        return statistics.median(s["metrics"][f"time/{part}_s"] - g["metrics"][f"time/{part}_s"] for g, s in rounds)
+
+    extra_s = {"analysis": extra("analysis"), "teacher_pass": extra("rescore"), "optimizer_pass": extra("update")}
+    extra_s["total"] = statistics.median(s["seconds"] - g["seconds"] for g, s in rounds)
+    grpo_s = statistics.median(g["seconds"] for g, _ in rounds)
     print(
         json.dumps(
             {
@@ -161,7 +178,10 @@ def main() -> None:
                 "rescore_shared_prefix_max_abs_logp_diff": res["rescore"]["max_abs_logp_diff"],
                 "peak_rss_mb": {k: round(v["peak_rss_mb"]) for k, v in res.items()},
                 "seconds": {"collect": round(collect_s, 1), **{k: round(v["seconds"], 1) for k, v in res.items()}},
-                "seed_metrics": res["seed"]["metrics"],
+                "seed_extra_s": {k: round(v, 1) for k, v in extra_s.items()},
+                # (grpo + collect + extra) / (grpo + collect) = 1.10 at this collection time
+                "break_even_collect_s": round(extra_s["total"] / 0.10 - grpo_s, 1),
+                "seed_metrics": {k: v for k, v in res["seed"]["metrics"].items() if not k.startswith("time/")},
             }
         )
     )
